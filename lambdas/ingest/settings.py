@@ -1,0 +1,51 @@
+"""The ingest handler's settings, validated once at cold start."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, Field, ValidationError
+
+from shardlog import constants as C
+from shardlog.exceptions import ConfigurationError
+from shardlog.tables import TableNames
+from shardlog.writer import WriterSettings
+
+
+class IngestSettings(BaseModel, frozen=True):
+    bucket: str = Field(min_length=3, max_length=63)
+    partitions_table: str = Field(min_length=3, max_length=255)
+    consumers_table: str = Field(min_length=3, max_length=255)
+    lease_duration_ms: int = Field(default=C.DEFAULT_LEASE_DURATION_MS, ge=1_000, le=3_600_000)
+    segment_max_records: int = Field(default=C.DEFAULT_SEGMENT_MAX_RECORDS, ge=1, le=100_000)
+    segment_max_bytes: int = Field(default=C.DEFAULT_SEGMENT_MAX_BYTES, ge=1024, le=256 * C.MIB)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> IngestSettings:
+        env = os.environ if environ is None else environ
+        names = {
+            "bucket": C.ENV_BUCKET_NAME,
+            "partitions_table": C.ENV_PARTITIONS_TABLE,
+            "consumers_table": C.ENV_CONSUMERS_TABLE,
+            "lease_duration_ms": C.ENV_LEASE_DURATION_MS,
+            "segment_max_records": C.ENV_SEGMENT_MAX_RECORDS,
+            "segment_max_bytes": C.ENV_SEGMENT_MAX_BYTES,
+        }
+        values = {field: env[var] for field, var in names.items() if var in env}
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{names[str(e['loc'][0])]}: {e['msg']}" for e in exc.errors() if e["loc"]
+            )
+            raise ConfigurationError(f"invalid ingest settings: {problems}") from exc
+
+    def writer_settings(self) -> WriterSettings:
+        return WriterSettings(
+            bucket=self.bucket,
+            tables=TableNames(self.partitions_table, self.consumers_table),
+            lease_duration_ms=self.lease_duration_ms,
+            segment_max_records=self.segment_max_records,
+            segment_max_bytes=self.segment_max_bytes,
+        )

@@ -1,0 +1,3 @@
+from shardlog.cli.main import main
+
+main()

@@ -1,0 +1,130 @@
+"""boto3 plumbing: one place that builds clients and counts the requests they send.
+
+Every component takes an optional session (or clients); the local runtime and the
+tests inject a session pointed at the embedded AWS. Nothing here calls AWS at import.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from shardlog import constants as C
+
+_RETRY_CONFIG = Config(
+    retries={"max_attempts": 5, "mode": "standard"},
+    connect_timeout=5,
+    read_timeout=30,
+    max_pool_connections=32,
+)
+
+
+@dataclass
+class AwsConfig:
+    """Where the clients point. ``endpoint_url`` None means real AWS."""
+
+    region: str = field(default_factory=lambda: os.environ.get(C.ENV_REGION, C.DEFAULT_REGION))
+    endpoint_url: str | None = field(default_factory=lambda: os.environ.get(C.ENV_ENDPOINT_URL))
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+
+    def session(self) -> boto3.session.Session:
+        return boto3.session.Session(
+            region_name=self.region,
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=self.secret_access_key,
+        )
+
+
+class Clients:
+    """Lazily built, thread-safe-to-share boto3 clients of one session."""
+
+    def __init__(
+        self,
+        session: boto3.session.Session | None = None,
+        *,
+        endpoint_url: str | None = None,
+        config: AwsConfig | None = None,
+    ) -> None:
+        self._config = config or AwsConfig()
+        self._session = session or self._config.session()
+        self._endpoint_url = endpoint_url or self._config.endpoint_url
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def session(self) -> boto3.session.Session:
+        return self._session
+
+    @property
+    def endpoint_url(self) -> str | None:
+        return self._endpoint_url
+
+    @property
+    def region(self) -> str:
+        return self._session.region_name or self._config.region
+
+    def client(self, service: str) -> Any:
+        with self._lock:
+            if service not in self._clients:
+                self._clients[service] = self._session.client(
+                    service,  # type: ignore[call-overload]
+                    endpoint_url=self._endpoint_url,
+                    region_name=self.region,
+                    config=_RETRY_CONFIG,
+                )
+            return self._clients[service]
+
+    @property
+    def s3(self) -> Any:
+        return self.client("s3")
+
+    @property
+    def dynamodb(self) -> Any:
+        return self.client("dynamodb")
+
+    @property
+    def kinesis(self) -> Any:
+        return self.client("kinesis")
+
+
+class RequestCounter:
+    """Counts HTTP requests (every attempt, retries included) sent by a session's clients.
+
+    Requests are the cost of a serverless system, so benchmarks and budget tests
+    read them from here rather than estimating.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_operation: Counter[str] = Counter()
+
+    def attach(self, session: boto3.session.Session) -> RequestCounter:
+        session.events.register("before-send", self._on_send)
+        return self
+
+    def _on_send(self, request: Any = None, **kwargs: Any) -> None:
+        event_name = str(kwargs.get("event_name", ""))  # before-send.<service>.<Operation>
+        parts = event_name.split(".")
+        key = ".".join(parts[1:3]) if len(parts) >= 3 else event_name
+        with self._lock:
+            self.by_operation[key] += 1
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.by_operation.values())
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.by_operation)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.by_operation.clear()

@@ -1,0 +1,1 @@
+"""The `shardlog` command line."""

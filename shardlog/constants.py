@@ -1,0 +1,86 @@
+"""Names shared by the code, the local runtime and the CDK stack.
+
+Every environment-variable name, default resource name, table attribute and
+limit lives here, so infra/ and the handlers can never disagree. An explicit
+argument always wins over the environment.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- environment variables -------------------------------------------------
+ENV_STREAM_NAME: Final = "SHARDLOG_STREAM_NAME"
+ENV_BUCKET_NAME: Final = "SHARDLOG_BUCKET_NAME"
+ENV_PARTITIONS_TABLE: Final = "SHARDLOG_PARTITIONS_TABLE"
+ENV_CONSUMERS_TABLE: Final = "SHARDLOG_CONSUMERS_TABLE"
+ENV_LEASE_DURATION_MS: Final = "SHARDLOG_LEASE_DURATION_MS"
+ENV_SEGMENT_MAX_RECORDS: Final = "SHARDLOG_SEGMENT_MAX_RECORDS"
+ENV_SEGMENT_MAX_BYTES: Final = "SHARDLOG_SEGMENT_MAX_BYTES"
+ENV_ENDPOINT_URL: Final = "AWS_ENDPOINT_URL"  # the standard AWS SDK variable
+ENV_REGION: Final = "AWS_REGION"
+
+# --- default resource names (the stack and the local runtime use these) ----
+DEFAULT_STREAM_NAME: Final = "shardlog-events"
+DEFAULT_BUCKET_NAME: Final = "shardlog-log"
+DEFAULT_PARTITIONS_TABLE: Final = "shardlog-partitions"
+DEFAULT_CONSUMERS_TABLE: Final = "shardlog-consumers"
+DEFAULT_REGION: Final = "us-east-1"
+LOCAL_STATE_FILE: Final = ".shardlog/local.json"
+
+# --- Powertools --------------------------------------------------------------
+POWERTOOLS_SERVICE_NAME: Final = "shardlog"
+METRICS_NAMESPACE: Final = "Shardlog"
+
+# --- S3 log layout -------------------------------------------------------------
+EVENTS_PREFIX: Final = "events/"
+SEQ_DIGITS: Final = 20
+
+# --- partitions table ----------------------------------------------------------
+ATTR_PARTITION_ID: Final = "partitionId"
+ATTR_NEXT_SEQUENCE_NUMBER: Final = "nextSequenceNumber"
+ATTR_PARENT_PARTITION_IDS: Final = "parentPartitionIds"
+ATTR_STARTING_HASH_KEY: Final = "startingHashKey"
+ATTR_ENDING_HASH_KEY: Final = "endingHashKey"
+ATTR_STATE: Final = "state"
+ATTR_STARTING_KINESIS_SEQ: Final = "startingKinesisSequenceNumber"
+ATTR_ENDING_KINESIS_SEQ: Final = "endingKinesisSequenceNumber"
+ATTR_LAST_COMMITTED_AT: Final = "lastCommittedAt"
+ATTR_SEGMENT_COUNT: Final = "segmentCount"
+ATTR_COMMITTED_BYTES: Final = "committedBytes"
+
+STATE_OPEN: Final = "OPEN"
+STATE_CLOSED: Final = "CLOSED"
+STATE_ENDED: Final = "ENDED"
+
+# --- consumers table (KCL lease vocabulary) -----------------------------------
+ATTR_CONSUMER_GROUP: Final = "consumerGroup"
+ATTR_LEASE_OWNER: Final = "leaseOwner"
+ATTR_LEASE_COUNTER: Final = "leaseCounter"
+ATTR_LEASE_EXPIRES_AT: Final = "leaseExpiresAt"
+ATTR_OWNER_SWITCHES: Final = "ownerSwitchesSinceCheckpoint"
+ATTR_CHECKPOINT: Final = "checkpoint"
+ATTR_CHECKPOINT_SUBSEQ: Final = "checkpointSubSequenceNumber"
+
+SHARD_END: Final = "SHARD_END"
+# The ingest Lambda's own group; "$" cannot start a user group name.
+INGEST_GROUP: Final = "$ingest"
+
+# --- limits ------------------------------------------------------------------------
+MIB: Final = 1024 * 1024
+KINESIS_MAX_RECORDS_PER_PUT: Final = 500
+KINESIS_MAX_BYTES_PER_PUT: Final = 5 * MIB
+KINESIS_MAX_RECORD_BYTES: Final = 1 * MIB  # data + UTF-8 partition key
+PARTITION_KEY_MAX_CHARS: Final = 256
+MAX_HASH_KEY: Final = 2**128 - 1
+KINESIS_SEQUENCE_MAX_DIGITS: Final = 128
+
+DEFAULT_LEASE_DURATION_MS: Final = 60_000
+DEFAULT_SEGMENT_MAX_RECORDS: Final = 10_000
+DEFAULT_SEGMENT_MAX_BYTES: Final = 16 * MIB
+
+# --- ingest event source (shared by the stack and the local poller) ---------------
+INGEST_BATCH_SIZE: Final = 1000
+INGEST_BATCHING_WINDOW_S: Final = 1
+INGEST_PARALLELIZATION_FACTOR: Final = 1
+INGEST_STARTING_POSITION: Final = "TRIM_HORIZON"

@@ -1,0 +1,167 @@
+"""`shardlog demo`: the whole system on the embedded AWS, verified end to end."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shardlog import constants as C
+from shardlog.local.poller import EventSourceSettings
+from shardlog.local.runtime import LocalRuntime
+from shardlog.producer import Producer, ProducerRecord
+from shardlog.reader import LogReader
+from shardlog.shardsync import list_shards
+from shardlog.tables import Tables
+from shardlog.verify import Verification, verify_log
+
+
+@dataclass
+class DemoReport:
+    records: int
+    keys: int
+    segments: int
+    partitions: int
+    ingest_requests: int
+    elapsed_s: float
+    violations: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def requests_per_1000(self) -> float:
+        return 1000 * self.ingest_requests / max(self.records, 1)
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.elapsed_s if self.elapsed_s else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "records": self.records,
+            "keys": self.keys,
+            "partitions": self.partitions,
+            "segments": self.segments,
+            "ingestRequests": self.ingest_requests,
+            "awsRequestsPer1000Records": round(self.requests_per_1000, 2),
+            "elapsedSeconds": round(self.elapsed_s, 2),
+            "recordsPerSecond": round(self.records_per_s, 1),
+            "violations": self.violations,
+        }
+
+
+def demo_records(records: int, keys: int) -> list[ProducerRecord]:
+    """Record i goes to key i % keys; its data names the key and its per-key counter."""
+    counters = [0] * keys
+    out = []
+    for i in range(records):
+        k = i % keys
+        data = json.dumps({"k": f"key-{k:05d}", "n": counters[k], "i": i}).encode()
+        out.append(ProducerRecord(f"key-{k:05d}", data))
+        counters[k] += 1
+    return out
+
+
+def reshard(runtime: LocalRuntime, step: str) -> str:
+    """Split the first open shard, or merge the first two adjacent open shards."""
+    kinesis = runtime.clients.kinesis
+    stream = runtime.config.stream_name
+    shards = [
+        s
+        for s in list_shards(kinesis, stream)
+        if "EndingSequenceNumber" not in s["SequenceNumberRange"]
+    ]
+    shards.sort(key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
+    if step == "split":
+        target = shards[0]
+        low = int(target["HashKeyRange"]["StartingHashKey"])
+        high = int(target["HashKeyRange"]["EndingHashKey"])
+        kinesis.split_shard(
+            StreamName=stream,
+            ShardToSplit=target["ShardId"],
+            NewStartingHashKey=str((low + high) // 2 + 1),
+        )
+        return f"split {target['ShardId']}"
+    # Merge the last adjacent pair, so the merge does not just undo the split.
+    for left, right in reversed(list(itertools.pairwise(shards))):
+        if int(left["HashKeyRange"]["EndingHashKey"]) + 1 == int(
+            right["HashKeyRange"]["StartingHashKey"]
+        ):
+            kinesis.merge_shards(
+                StreamName=stream,
+                ShardToMerge=left["ShardId"],
+                AdjacentShardToMerge=right["ShardId"],
+            )
+            return f"merged {left['ShardId']} + {right['ShardId']}"
+    raise RuntimeError("no adjacent open shards to merge")
+
+
+def run_demo(
+    *,
+    records: int = 20_000,
+    keys: int = 1_000,
+    shards: int = 4,
+    segment_max_records: int = C.DEFAULT_SEGMENT_MAX_RECORDS,
+    timeout_s: float = 300.0,
+    progress: Callable[[int], None] | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> DemoReport:
+    started = time.monotonic()
+    plan = demo_records(records, keys)
+    expected = {r.partition_key: 0 for r in plan}
+    for r in plan:
+        expected[r.partition_key] += 1
+    runtime = LocalRuntime(
+        shard_count=shards,
+        segment_max_records=segment_max_records,
+        event_source=EventSourceSettings(batching_window_ms=250),
+    )
+    with runtime:
+        log(f"embedded AWS at {runtime.config.endpoint_url}, {shards} shards")
+        runtime.run_in_background()
+        producer = Producer(runtime.config.stream_name, runtime.clients)
+        chunk = max(1, records // 20)
+        reshard_at = {records // 3: "split", (2 * records) // 3: "merge"}
+        for start in range(0, records, chunk):
+            for point, step in reshard_at.items():
+                if start <= point < start + chunk:
+                    log(reshard(runtime, step) + " while producing")
+            producer.put_records(plan[start : start + chunk], on_progress=progress)
+        caught_up = runtime.wait_until(lambda: runtime.committed_records() >= records, timeout_s)
+        ended = runtime.wait_until(lambda: _closed_all_ended(runtime), 30)
+        report = _verify(runtime, records, expected)
+        if not caught_up:
+            report.violations.append(
+                f"ingest did not catch up in {timeout_s}s: "
+                f"{runtime.committed_records()} of {records} committed"
+            )
+        if not ended:
+            report.violations.append("closed partitions did not reach ENDED")
+        return DemoReport(
+            records=records,
+            keys=keys,
+            segments=report.segments,
+            partitions=report.partitions,
+            ingest_requests=runtime.ingest_requests.total,
+            elapsed_s=time.monotonic() - started,
+            violations=report.violations,
+        )
+
+
+def _closed_all_ended(runtime: LocalRuntime) -> bool:
+    runtime.shard_sync.sync()
+    partitions = Tables(runtime.clients, runtime.config.tables).list_partitions()
+    return all(p.state != C.STATE_CLOSED for p in partitions)
+
+
+def _verify(runtime: LocalRuntime, records: int, expected: dict[str, int]) -> Verification:
+    runtime.shard_sync.sync()
+    partitions = Tables(runtime.clients, runtime.config.tables).list_partitions()
+    reader = LogReader(runtime.clients, runtime.config.bucket, runtime.config.tables)
+    return verify_log(reader, partitions, expected)

@@ -1,0 +1,92 @@
+"""The errors shardlog raises. Each keeps its cause and, where AWS said no, the AWS code.
+
+A ``ConditionalCheckFailedException`` never leaks past the module that made the
+conditional write: it becomes one of the domain errors below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ShardlogError(Exception):
+    """Base of every shardlog error."""
+
+    def __init__(self, message: str, *, aws_error_code: str | None = None) -> None:
+        super().__init__(message)
+        self.aws_error_code = aws_error_code
+
+
+def aws_error_code(exc: BaseException) -> str | None:
+    """The ``Error.Code`` of a botocore ClientError, else None."""
+    response: Any = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        return str(code) if code is not None else None
+    return None
+
+
+class ValidationError(ShardlogError, ValueError):
+    """Bad input: names the field and the limit it broke."""
+
+    def __init__(self, field: str, message: str, *, limit: Any = None) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.limit = limit
+        self.reason = message
+
+
+class LeaseError(ShardlogError):
+    """Base of the lease errors."""
+
+
+class LeaseHeldError(LeaseError):
+    """Another owner holds a live lease on the partition."""
+
+    def __init__(self, group: str, partition_id: str, owner: str, expires_at_ms: int) -> None:
+        super().__init__(
+            f"lease {group}/{partition_id} is held by {owner!r} until {expires_at_ms} (epoch ms)",
+            aws_error_code="ConditionalCheckFailedException",
+        )
+        self.group = group
+        self.partition_id = partition_id
+        self.owner = owner
+        self.expires_at_ms = expires_at_ms
+
+
+class LeaseLostError(LeaseError):
+    """The lease this worker held was taken over (fenced by leaseCounter)."""
+
+    def __init__(self, group: str, partition_id: str, detail: str = "") -> None:
+        suffix = f": {detail}" if detail else ""
+        super().__init__(
+            f"lease {group}/{partition_id} was lost{suffix}",
+            aws_error_code="ConditionalCheckFailedException",
+        )
+        self.group = group
+        self.partition_id = partition_id
+
+
+class SegmentFormatError(ShardlogError):
+    """A segment object is corrupt, truncated or of an unknown version."""
+
+
+class CorruptLogError(ShardlogError):
+    """The committed log breaks an invariant (a gap below the head, a foreign leftover)."""
+
+
+class CommitConflictError(ShardlogError):
+    """The partition head moved under a commit: another writer committed first."""
+
+
+class ProducerError(ShardlogError):
+    """Records could not be put after every retry. ``unsent`` holds them, in order."""
+
+    def __init__(self, message: str, unsent: list[Any], *, aws_error_code: str | None = None):
+        super().__init__(message, aws_error_code=aws_error_code)
+        self.unsent = unsent
+        self.results: list[Any] = []
+
+
+class ConfigurationError(ShardlogError):
+    """A setting is missing or invalid."""

@@ -1,0 +1,199 @@
+"""Segment format, version 1: the bytes of one S3 object of the log.
+
+docs/FORMAT.md is the specification; this module is its reference implementation
+and uses only the standard library, so any Python (or any language) can decode it.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shardlog import constants as C
+from shardlog.exceptions import SegmentFormatError
+
+MAGIC = b"SHLG"
+VERSION = 1
+_HEADER_FIXED = struct.Struct(">4sBBH")  # magic, version, flags, partition id length
+_HEADER_TAIL = struct.Struct(">QIQ")  # first seq, record count, written at (epoch ms)
+_RECORD_SEQ_LEN = struct.Struct(">B")
+_RECORD_FIXED = struct.Struct(">QH")  # arrival (epoch ms), partition key length
+_RECORD_DATA_LEN = struct.Struct(">I")
+_TRAILER = struct.Struct(">I")  # CRC-32 (zlib) of every byte before it
+_MAX_SEQ = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingRecord:
+    """A Kinesis record on its way into the log."""
+
+    partition_key: str
+    data: bytes
+    kinesis_sequence_number: str
+    arrival_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """A record of the log: its place (partition, seq) and what Kinesis gave it."""
+
+    partition_id: str
+    seq: int
+    partition_key: str
+    data: bytes
+    kinesis_sequence_number: str
+    arrival_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    partition_id: str
+    first_seq: int
+    written_at_ms: int
+    records: tuple[LogRecord, ...]
+
+    @property
+    def next_seq(self) -> int:
+        return self.first_seq + len(self.records)
+
+
+def segment_key(partition_id: str, seq: int) -> str:
+    if not 0 <= seq < 10**C.SEQ_DIGITS:
+        raise ValueError(f"seq {seq} does not fit {C.SEQ_DIGITS} digits")
+    return f"{C.EVENTS_PREFIX}{partition_id}/{seq:0{C.SEQ_DIGITS}d}"
+
+
+def partition_prefix(partition_id: str) -> str:
+    return f"{C.EVENTS_PREFIX}{partition_id}/"
+
+
+def seq_of_key(key: str) -> int:
+    tail = key.rsplit("/", 1)[-1]
+    if len(tail) != C.SEQ_DIGITS or not tail.isdigit():
+        raise SegmentFormatError(f"not a segment key: {key!r}")
+    return int(tail)
+
+
+def encoded_record_size(record: IncomingRecord) -> int:
+    return (
+        _RECORD_SEQ_LEN.size
+        + len(record.kinesis_sequence_number)
+        + _RECORD_FIXED.size
+        + len(record.partition_key.encode("utf-8"))
+        + _RECORD_DATA_LEN.size
+        + len(record.data)
+    )
+
+
+def plan_segments(
+    records: Sequence[IncomingRecord], max_records: int, max_bytes: int
+) -> list[Sequence[IncomingRecord]]:
+    """Cut records into consecutive segments of at most max_records and about max_bytes.
+
+    A single record larger than max_bytes still gets a segment of its own.
+    """
+    if max_records < 1 or max_bytes < 1:
+        raise ValueError("max_records and max_bytes must be positive")
+    segments: list[Sequence[IncomingRecord]] = []
+    start, size = 0, 0
+    for index, record in enumerate(records):
+        record_size = encoded_record_size(record)
+        count = index - start
+        if count and (count >= max_records or size + record_size > max_bytes):
+            segments.append(records[start:index])
+            start, size = index, 0
+        size += record_size
+    if start < len(records):
+        segments.append(records[start:])
+    return segments
+
+
+def encode_segment(
+    partition_id: str, first_seq: int, records: Sequence[IncomingRecord], written_at_ms: int
+) -> bytes:
+    if not records:
+        raise ValueError("a segment holds at least one record")
+    if first_seq < 0 or first_seq + len(records) > _MAX_SEQ:
+        raise ValueError(f"first_seq {first_seq} out of range")
+    pid = partition_id.encode("utf-8")
+    parts = [
+        _HEADER_FIXED.pack(MAGIC, VERSION, 0, len(pid)),
+        pid,
+        _HEADER_TAIL.pack(first_seq, len(records), written_at_ms),
+    ]
+    for record in records:
+        kseq = record.kinesis_sequence_number.encode("ascii")
+        if not 1 <= len(kseq) <= C.KINESIS_SEQUENCE_MAX_DIGITS or not kseq.isdigit():
+            raise ValueError(f"bad Kinesis sequence number {record.kinesis_sequence_number!r}")
+        key = record.partition_key.encode("utf-8")
+        parts += [
+            _RECORD_SEQ_LEN.pack(len(kseq)),
+            kseq,
+            _RECORD_FIXED.pack(record.arrival_ms, len(key)),
+            key,
+            _RECORD_DATA_LEN.pack(len(record.data)),
+            record.data,
+        ]
+    body = b"".join(parts)
+    return body + _TRAILER.pack(zlib.crc32(body))
+
+
+class _Cursor:
+    def __init__(self, blob: bytes, end: int) -> None:
+        self.view = memoryview(blob)
+        self.pos = 0
+        self.end = end
+
+    def take(self, n: int, what: str) -> memoryview:
+        if self.pos + n > self.end:
+            raise SegmentFormatError(
+                f"segment truncated: needed {n} bytes for {what} at offset {self.pos}, "
+                f"{self.end - self.pos} left"
+            )
+        chunk = self.view[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def unpack(self, fmt: struct.Struct, what: str) -> tuple[int, ...]:
+        return fmt.unpack(self.take(fmt.size, what))
+
+
+def decode_segment(blob: bytes) -> Segment:
+    """Decode and verify one segment. Raises SegmentFormatError on any defect."""
+    minimum = _HEADER_FIXED.size + _HEADER_TAIL.size + _TRAILER.size
+    if len(blob) < minimum:
+        raise SegmentFormatError(f"segment truncated: {len(blob)} bytes, at least {minimum}")
+    if blob[:4] != MAGIC:
+        raise SegmentFormatError(f"not a shardlog segment: magic {bytes(blob[:4])!r}")
+    body_end = len(blob) - _TRAILER.size
+    (stored_crc,) = _TRAILER.unpack(blob[body_end:])
+    cursor = _Cursor(blob, body_end)
+    _, version, flags, pid_len = cursor.unpack(_HEADER_FIXED, "header")
+    if version != VERSION:
+        raise SegmentFormatError(f"unsupported segment version {version} (this reads {VERSION})")
+    if flags != 0:
+        raise SegmentFormatError(f"unsupported segment flags {flags:#04x}")
+    actual_crc = zlib.crc32(cursor.view[:body_end])
+    if actual_crc != stored_crc:
+        raise SegmentFormatError(
+            f"segment checksum mismatch: stored {stored_crc:#010x}, computed {actual_crc:#010x} "
+            "(corrupt or truncated object)"
+        )
+    partition_id = bytes(cursor.take(pid_len, "partition id")).decode("utf-8")
+    first_seq, count, written_at_ms = cursor.unpack(_HEADER_TAIL, "header")
+    if count == 0:
+        raise SegmentFormatError("segment declares zero records")
+    records = []
+    for index in range(count):
+        (seq_len,) = cursor.unpack(_RECORD_SEQ_LEN, f"record {index}")
+        kseq = bytes(cursor.take(seq_len, f"record {index} sequence number")).decode("ascii")
+        arrival_ms, key_len = cursor.unpack(_RECORD_FIXED, f"record {index}")
+        key = bytes(cursor.take(key_len, f"record {index} partition key")).decode("utf-8")
+        (data_len,) = cursor.unpack(_RECORD_DATA_LEN, f"record {index}")
+        data = bytes(cursor.take(data_len, f"record {index} data"))
+        records.append(LogRecord(partition_id, first_seq + index, key, data, kseq, arrival_ms))
+    if cursor.pos != body_end:
+        raise SegmentFormatError(f"{body_end - cursor.pos} unexpected bytes after the last record")
+    return Segment(partition_id, first_seq, written_at_ms, tuple(records))

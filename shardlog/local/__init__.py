@@ -1,0 +1,1 @@
+"""The local runtime: embedded AWS (moto server), event-source poller, resources."""

@@ -1,0 +1,147 @@
+"""The embedded AWS: moto's server on 127.0.0.1, in-process, and shardlog's resources.
+
+Every component talks to it over HTTP through boto3 with ``endpoint_url``, the
+same code paths as against AWS. ``resource_specs`` is what gets created; the
+CDK parity test compares it with the synthesized template.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shardlog import constants as C
+from shardlog.aws import Clients
+from shardlog.config import ShardlogConfig
+from shardlog.exceptions import aws_error_code
+from shardlog.local import kinesis_fidelity
+
+
+class EmbeddedAWS:
+    """moto's ThreadedMotoServer with shardlog's Kinesis fidelity patches applied."""
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        if host not in ("127.0.0.1", "localhost"):
+            raise ValueError("the embedded AWS only listens on the loopback interface")
+        self.host = host
+        self.port = port
+        self._server: Any = None
+
+    def start(self) -> str:
+        from moto.server import ThreadedMotoServer
+
+        kinesis_fidelity.apply()
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+        self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+        self._server.start()
+        self.port = self._server.get_host_and_port()[1]
+        return self.endpoint_url
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> EmbeddedAWS:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def resource_specs(config: ShardlogConfig, shard_count: int) -> dict[str, Any]:
+    """The resources the local runtime creates, in the shape of their create calls."""
+    string = "S"
+    return {
+        "partitions_table": {
+            "TableName": config.partitions_table,
+            "KeySchema": [{"AttributeName": C.ATTR_PARTITION_ID, "KeyType": "HASH"}],
+            "AttributeDefinitions": [
+                {"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": string}
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+        },
+        "consumers_table": {
+            "TableName": config.consumers_table,
+            "KeySchema": [
+                {"AttributeName": C.ATTR_CONSUMER_GROUP, "KeyType": "HASH"},
+                {"AttributeName": C.ATTR_PARTITION_ID, "KeyType": "RANGE"},
+            ],
+            "AttributeDefinitions": [
+                {"AttributeName": C.ATTR_CONSUMER_GROUP, "AttributeType": string},
+                {"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": string},
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+        },
+        "stream": {"StreamName": config.stream_name, "ShardCount": shard_count},
+        "bucket": {"Bucket": config.bucket},
+        "event_source": {
+            "BatchSize": C.INGEST_BATCH_SIZE,
+            "MaximumBatchingWindowInSeconds": C.INGEST_BATCHING_WINDOW_S,
+            "ParallelizationFactor": C.INGEST_PARALLELIZATION_FACTOR,
+            "StartingPosition": C.INGEST_STARTING_POSITION,
+            "BisectBatchOnFunctionError": True,
+            "MaximumRetryAttempts": -1,
+        },
+    }
+
+
+def provision(clients: Clients, config: ShardlogConfig, shard_count: int = 4) -> None:
+    """Create the stream, tables and bucket (idempotent), encrypted and private."""
+    specs = resource_specs(config, shard_count)
+    ddb = clients.dynamodb
+    for table in ("partitions_table", "consumers_table"):
+        try:
+            ddb.create_table(**specs[table], SSESpecification={"Enabled": True})
+        except ClientError as exc:
+            if aws_error_code(exc) != "ResourceInUseException":
+                raise
+    for table in ("partitions_table", "consumers_table"):
+        ddb.get_waiter("table_exists").wait(
+            TableName=specs[table]["TableName"], WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+        )
+    kinesis = clients.kinesis
+    try:
+        kinesis.create_stream(**specs["stream"])
+    except ClientError as exc:
+        if aws_error_code(exc) != "ResourceInUseException":
+            raise
+    kinesis.get_waiter("stream_exists").wait(
+        StreamName=config.stream_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+    )
+    s3 = clients.s3
+    try:
+        if clients.region == "us-east-1":
+            s3.create_bucket(Bucket=config.bucket)
+        else:
+            s3.create_bucket(
+                Bucket=config.bucket,
+                CreateBucketConfiguration={"LocationConstraint": clients.region},
+            )
+    except ClientError as exc:
+        if aws_error_code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise
+    s3.put_public_access_block(
+        Bucket=config.bucket,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
+    )
+    s3.put_bucket_encryption(
+        Bucket=config.bucket,
+        ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
+        },
+    )
+    # No TLS-only bucket policy here: moto enforces it, and the embedded AWS speaks
+    # plain HTTP on loopback. The CDK stack attaches it (enforceSSL) on AWS.

@@ -1,0 +1,291 @@
+"""A local Kinesis event-source mapping: calls a Lambda handler in-process.
+
+moto cannot invoke Lambda functions (that needs Docker), so the local runtime
+polls the stream itself and calls the handler with the exact Lambda Kinesis event
+shape and Lambda's semantics for what shardlog relies on:
+
+- per shard, in order, at most ``batch_size`` records per invocation, waiting up
+  to ``batching_window_ms`` to fill a batch;
+- a failed invocation (exception, or a partial batch response) is retried with
+  the same records (from the first reported failure) until it succeeds or
+  ``maximum_retry_attempts`` is spent (-1: forever, shardlog's setting);
+  with ``bisect_on_error`` a failing batch is split in two and the halves retried;
+- records past their retries go to ``on_failure`` (Lambda's on-failure
+  destination) and the shard moves on: shardlog's settings never do that;
+- a child shard starts only after all its parents were read to their end.
+
+Time comes from an injectable clock; ``poll_once`` does one step per shard, so
+tests drive it deterministically, and ``run`` loops until stopped.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardlog import constants as C
+from shardlog.aws import Clients
+from shardlog.clock import Clock, SystemClock
+from shardlog.shardsync import list_shards, parents_of
+
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+@dataclass
+class LambdaContext:
+    """The attributes of Lambda's context object that handlers and Powertools read."""
+
+    function_name: str
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 512
+    region: str = C.DEFAULT_REGION
+    timeout_ms: int = 60_000
+    clock: Clock = field(default_factory=SystemClock)
+    started_ms: int = 0
+
+    def __post_init__(self) -> None:
+        self.started_ms = self.clock.now_ms()
+        self.invoked_function_arn = (
+            f"arn:aws:lambda:{self.region}:000000000000:function:{self.function_name}"
+        )
+        self.log_group_name = f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = f"local/{self.aws_request_id}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, self.timeout_ms - (self.clock.now_ms() - self.started_ms))
+
+
+@dataclass
+class EventSourceSettings:
+    batch_size: int = C.INGEST_BATCH_SIZE
+    batching_window_ms: int = C.INGEST_BATCHING_WINDOW_S * 1000
+    bisect_on_error: bool = True
+    maximum_retry_attempts: int = -1  # -1: retry until it succeeds, never drop
+    retry_delay_ms: int = 200
+    starting_position: str = C.INGEST_STARTING_POSITION
+    shard_discovery_interval_ms: int = 1_000
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch_size <= 10_000:
+            raise ValueError("batch_size must be 1 to 10000 (Lambda's Kinesis limit)")
+        if not 0 <= self.batching_window_ms <= 300_000:
+            raise ValueError("batching_window_ms must be 0 to 300000")
+
+
+@dataclass
+class _ShardState:
+    shard_id: str
+    parents: tuple[str, ...]
+    iterator: str | None = None
+    started: bool = False
+    reached_end: bool = False
+    buffer: list[dict[str, Any]] = field(default_factory=list)
+    buffer_since_ms: int = 0
+    retry_queue: list[list[dict[str, Any]]] = field(default_factory=list)
+    attempts: int = 0
+    retry_at_ms: int = 0
+    finished: bool = False
+
+
+@dataclass
+class PollerStats:
+    invocations: int = 0
+    failures: int = 0
+    records_delivered: int = 0
+    records_dropped: int = 0
+    finished_shards: list[str] = field(default_factory=list)
+
+
+class EventSourcePoller:
+    def __init__(
+        self,
+        clients: Clients,
+        stream_name: str,
+        handler: Handler,
+        *,
+        settings: EventSourceSettings | None = None,
+        function_name: str = "shardlog-ingest",
+        clock: Clock | None = None,
+        start_after: Callable[[str], str | None] | None = None,
+        on_shard_end: Callable[[str], object] | None = None,
+        on_failure: Callable[[str, list[dict[str, Any]]], None] | None = None,
+        concurrent_shards: int = 1,
+    ) -> None:
+        self.clients = clients
+        self.stream_name = stream_name
+        self.handler = handler
+        self.settings = settings or EventSourceSettings()
+        self.function_name = function_name
+        self.clock = clock or SystemClock()
+        self.start_after = start_after
+        self.on_shard_end = on_shard_end
+        self.on_failure = on_failure
+        self.concurrent_shards = max(1, concurrent_shards)
+        self.stats = PollerStats()
+        self._shards: dict[str, _ShardState] = {}
+        self._last_discovery_ms: int | None = None
+        self._stream_arn: str | None = None
+        self._invoke_lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+
+    # --- driving ---------------------------------------------------------------------
+    def poll_once(self) -> int:
+        """One step for every runnable shard. Returns records delivered successfully."""
+        self._discover()
+        runnable = [s for s in self._shards.values() if not s.finished and self._parents_done(s)]
+        before = self.stats.records_delivered
+        if self.concurrent_shards > 1 and len(runnable) > 1:
+            with ThreadPoolExecutor(min(self.concurrent_shards, len(runnable))) as pool:
+                list(pool.map(self._step, runnable))
+        else:
+            for shard in runnable:
+                self._step(shard)
+        return self.stats.records_delivered - before
+
+    def run(self, stop: threading.Event, idle_sleep_s: float = 0.05) -> None:
+        while not stop.is_set():
+            if self.poll_once() == 0:
+                stop.wait(idle_sleep_s)
+
+    def is_idle(self) -> bool:
+        """No buffered or retrying records on any shard."""
+        return all(not s.buffer and not s.retry_queue for s in self._shards.values())
+
+    # --- shards ----------------------------------------------------------------------
+    def _discover(self, force: bool = False) -> None:
+        now = self.clock.now_ms()
+        interval = self.settings.shard_discovery_interval_ms
+        recent = self._last_discovery_ms is not None and now - self._last_discovery_ms < interval
+        if recent and not force:
+            return
+        self._last_discovery_ms = now
+        if self._stream_arn is None:
+            summary = self.clients.kinesis.describe_stream_summary(StreamName=self.stream_name)
+            self._stream_arn = summary["StreamDescriptionSummary"]["StreamARN"]
+        for shard in list_shards(self.clients.kinesis, self.stream_name):
+            if shard["ShardId"] not in self._shards:
+                self._shards[shard["ShardId"]] = _ShardState(shard["ShardId"], parents_of(shard))
+
+    def _parents_done(self, shard: _ShardState) -> bool:
+        return all(p not in self._shards or self._shards[p].finished for p in shard.parents)
+
+    def _open_iterator(self, shard: _ShardState) -> None:
+        kwargs: dict[str, Any] = {"StreamName": self.stream_name, "ShardId": shard.shard_id}
+        after = self.start_after(shard.shard_id) if self.start_after else None
+        if after is not None:
+            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=after)
+        else:
+            kwargs["ShardIteratorType"] = self.settings.starting_position
+        shard.iterator = self.clients.kinesis.get_shard_iterator(**kwargs)["ShardIterator"]
+        shard.started = True
+
+    def _step(self, shard: _ShardState) -> None:
+        now = self.clock.now_ms()
+        if shard.retry_queue:
+            if now >= shard.retry_at_ms:
+                self._deliver(shard, shard.retry_queue.pop(0))
+            return
+        if not shard.started:
+            self._open_iterator(shard)
+        if not shard.reached_end and len(shard.buffer) < self.settings.batch_size:
+            self._read(shard)
+        window_over = now - shard.buffer_since_ms >= self.settings.batching_window_ms
+        if shard.buffer and (
+            len(shard.buffer) >= self.settings.batch_size or window_over or shard.reached_end
+        ):
+            batch = shard.buffer[: self.settings.batch_size]
+            shard.buffer = shard.buffer[self.settings.batch_size :]
+            shard.buffer_since_ms = now
+            self._deliver(shard, batch)
+        if shard.reached_end and not shard.buffer and not shard.retry_queue:
+            shard.finished = True
+            with self._stats_lock:
+                self.stats.finished_shards.append(shard.shard_id)
+            if self.on_shard_end:
+                self.on_shard_end(shard.shard_id)
+            self._discover(force=True)
+
+    def _read(self, shard: _ShardState) -> None:
+        assert shard.iterator is not None
+        response = self.clients.kinesis.get_records(
+            ShardIterator=shard.iterator, Limit=self.settings.batch_size - len(shard.buffer)
+        )
+        records = response.get("Records", [])
+        if records and not shard.buffer:
+            shard.buffer_since_ms = self.clock.now_ms()
+        shard.buffer.extend(self._event_record(shard.shard_id, r) for r in records)
+        shard.iterator = response.get("NextShardIterator")
+        if shard.iterator is None:
+            shard.reached_end = True
+
+    def _event_record(self, shard_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        arrival = record["ApproximateArrivalTimestamp"]
+        return {
+            "kinesis": {
+                "kinesisSchemaVersion": "1.0",
+                "partitionKey": record["PartitionKey"],
+                "sequenceNumber": record["SequenceNumber"],
+                "data": base64.b64encode(record["Data"]).decode("ascii"),
+                "approximateArrivalTimestamp": round(arrival.timestamp(), 3),
+            },
+            "eventSource": "aws:kinesis",
+            "eventVersion": "1.0",
+            "eventID": f"{shard_id}:{record['SequenceNumber']}",
+            "eventName": "aws:kinesis:record",
+            "invokeIdentityArn": f"arn:aws:iam::000000000000:role/{self.function_name}",
+            "awsRegion": self.clients.region,
+            "eventSourceARN": self._stream_arn,
+        }
+
+    # --- invoking --------------------------------------------------------------------
+    def _invoke(self, batch: list[dict[str, Any]]) -> int | None:
+        """Call the handler. None on success, else the index of the first failed record."""
+        context = LambdaContext(self.function_name, region=self.clients.region, clock=self.clock)
+        with self._invoke_lock:  # one sandbox: Powertools' module state is per process
+            with self._stats_lock:
+                self.stats.invocations += 1
+            try:
+                response = self.handler({"Records": batch}, context)
+            except Exception:
+                return 0
+        failures = (response or {}).get("batchItemFailures") or []
+        if not failures:
+            return None
+        failed = {f.get("itemIdentifier") for f in failures}
+        for index, record in enumerate(batch):
+            if record["kinesis"]["sequenceNumber"] in failed:
+                return index
+        return 0  # an identifier we don't know: Lambda retries the whole batch
+
+    def _deliver(self, shard: _ShardState, batch: list[dict[str, Any]]) -> None:
+        failed_at = self._invoke(batch)
+        if failed_at is None:
+            shard.attempts = 0
+            with self._stats_lock:
+                self.stats.records_delivered += len(batch)
+            return
+        with self._stats_lock:
+            self.stats.failures += 1
+            self.stats.records_delivered += failed_at
+        remaining = batch[failed_at:]
+        shard.attempts += 1
+        limit = self.settings.maximum_retry_attempts
+        if limit >= 0 and shard.attempts > limit:
+            with self._stats_lock:
+                self.stats.records_dropped += len(remaining)
+            if self.on_failure:
+                self.on_failure(shard.shard_id, remaining)
+            shard.attempts = 0
+            return
+        if self.settings.bisect_on_error and len(remaining) > 1:
+            half = len(remaining) // 2
+            shard.retry_queue[:0] = [remaining[:half], remaining[half:]]
+        else:
+            shard.retry_queue.insert(0, remaining)
+        shard.retry_at_ms = self.clock.now_ms() + self.settings.retry_delay_ms

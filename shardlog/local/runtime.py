@@ -1,0 +1,138 @@
+"""The whole system on one machine: embedded AWS, ingest handler, poller, shard sync."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from shardlog import constants as C
+from shardlog.aws import Clients, RequestCounter
+from shardlog.clock import Clock, SystemClock
+from shardlog.config import ShardlogConfig
+from shardlog.local.embedded import EmbeddedAWS, provision
+from shardlog.local.poller import EventSourcePoller, EventSourceSettings
+from shardlog.shardsync import ShardSync
+from shardlog.tables import Tables
+
+# The handler runs in this process, not a Lambda sandbox: keep Powertools quiet
+# (no EMF lines on stdout, warnings only) unless the user asked otherwise.
+_QUIET_POWERTOOLS = {
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+}
+
+
+class LocalRuntime:
+    def __init__(
+        self,
+        config: ShardlogConfig | None = None,
+        *,
+        port: int = 0,
+        shard_count: int = 4,
+        event_source: EventSourceSettings | None = None,
+        segment_max_records: int = C.DEFAULT_SEGMENT_MAX_RECORDS,
+        segment_max_bytes: int = C.DEFAULT_SEGMENT_MAX_BYTES,
+        lease_duration_ms: int = C.DEFAULT_LEASE_DURATION_MS,
+        clock: Clock | None = None,
+        state_file: str | Path | None = None,
+    ) -> None:
+        self.base_config = config or ShardlogConfig()
+        self.aws = EmbeddedAWS(port=port)
+        self.shard_count = shard_count
+        self.event_source = event_source or EventSourceSettings()
+        self.segment_max_records = segment_max_records
+        self.segment_max_bytes = segment_max_bytes
+        self.lease_duration_ms = lease_duration_ms
+        self.clock = clock or SystemClock()
+        self.state_file = state_file
+        self.ingest_requests = RequestCounter()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.config: ShardlogConfig = self.base_config
+        self.clients: Clients
+        self.poller: EventSourcePoller
+        self.shard_sync: ShardSync
+
+    def start(self) -> LocalRuntime:
+        for name, value in _QUIET_POWERTOOLS.items():
+            os.environ.setdefault(name, value)
+        endpoint = self.aws.start()
+        self.config = replace(self.base_config, endpoint_url=endpoint)
+        self.clients = self.config.clients()
+        provision(self.clients, self.config, self.shard_count)
+        self.shard_sync = ShardSync(self.clients, self.config.stream_name, self.config.tables)
+        self.shard_sync.sync()
+        self.poller = EventSourcePoller(
+            self.clients,
+            self.config.stream_name,
+            self._build_handler(),
+            settings=self.event_source,
+            clock=self.clock,
+            start_after=self._ingest_checkpoint,
+            on_shard_end=lambda _shard: self.shard_sync.sync(),
+        )
+        if self.state_file is not None:
+            self.config.write(self.state_file)
+        return self
+
+    def _build_handler(self) -> Callable[[dict[str, Any], Any], Any]:
+        from lambdas.ingest.handler import create_handler
+        from lambdas.ingest.settings import IngestSettings
+
+        settings = IngestSettings(
+            bucket=self.config.bucket,
+            partitions_table=self.config.partitions_table,
+            consumers_table=self.config.consumers_table,
+            lease_duration_ms=self.lease_duration_ms,
+            segment_max_records=self.segment_max_records,
+            segment_max_bytes=self.segment_max_bytes,
+        )
+        # The handler gets its own session, so its requests can be counted apart.
+        ingest_clients = self.config.clients()
+        self.ingest_requests.attach(ingest_clients.session)
+        return create_handler(settings, ingest_clients, self.clock)
+
+    def _ingest_checkpoint(self, shard_id: str) -> str | None:
+        lease = Tables(self.clients, self.config.tables).get_lease(C.INGEST_GROUP, shard_id)
+        return lease.checkpoint if lease else None
+
+    def committed_records(self) -> int:
+        return sum(p.next_seq for p in Tables(self.clients, self.config.tables).list_partitions())
+
+    def run_in_background(self) -> None:
+        self._thread = threading.Thread(
+            target=self.poller.run, args=(self._stop,), name="shardlog-poller", daemon=True
+        )
+        self._thread.start()
+
+    def wait_until(self, done: Callable[[], bool], timeout_s: float, poll_s: float = 0.1) -> bool:
+        """Wait (bounded) until ``done()``; polls the poller itself when no thread runs it."""
+        deadline = SystemClock().now_ms() + int(timeout_s * 1000)
+        while SystemClock().now_ms() < deadline:
+            if done():
+                return True
+            if self._thread is None:
+                self.poller.poll_once()
+            else:
+                self._stop.wait(poll_s)
+        return done()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        self.aws.stop()
+        if self.state_file is not None:
+            Path(self.state_file).unlink(missing_ok=True)
+
+    def __enter__(self) -> LocalRuntime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
