@@ -27,7 +27,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: lint
+test: lint cdk-cli
 	$(BIN)/pytest
 
 bench: $(STAMP)
@@ -35,3 +35,11 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .shardlog .pytest_cache .mypy_cache .ruff_cache cdk.out node_modules
+
+# The CDK CLI pinned in package.json / package-lock.json (tests/infra runs `npx cdk synth`).
+.PHONY: cdk-cli
+cdk-cli: node_modules/.installed
+
+node_modules/.installed: package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@

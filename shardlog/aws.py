@@ -56,6 +56,7 @@ class Clients:
         self._session = session or self._config.session()
         self._endpoint_url = endpoint_url or self._config.endpoint_url
         self._clients: dict[str, Any] = {}
+        self._hooks: list[tuple[str, Any]] = []
         self._lock = threading.Lock()
 
     @property
@@ -73,13 +74,23 @@ class Clients:
     def client(self, service: str) -> Any:
         with self._lock:
             if service not in self._clients:
-                self._clients[service] = self._session.client(
+                client = self._session.client(
                     service,  # type: ignore[call-overload]
                     endpoint_url=self._endpoint_url,
                     region_name=self.region,
                     config=_RETRY_CONFIG,
                 )
+                for event, hook in self._hooks:
+                    client.meta.events.register(event, hook)
+                self._clients[service] = client
             return self._clients[service]
+
+    def add_hook(self, event: str, hook: Any) -> None:
+        """Register a botocore event hook on every client, built now or later."""
+        with self._lock:
+            self._hooks.append((event, hook))
+            for client in self._clients.values():
+                client.meta.events.register(event, hook)
 
     @property
     def s3(self) -> Any:
@@ -105,8 +116,16 @@ class RequestCounter:
         self._lock = threading.Lock()
         self.by_operation: Counter[str] = Counter()
 
-    def attach(self, session: boto3.session.Session) -> RequestCounter:
-        session.events.register("before-send", self._on_send)
+    def attach(self, target: boto3.session.Session | Clients) -> RequestCounter:
+        """Count requests of a session's future clients, or of a Clients' all clients.
+
+        botocore copies a session's event hooks into each client when the client is
+        built, so a session hook alone misses clients that already exist.
+        """
+        if isinstance(target, Clients):
+            target.add_hook("before-send", self._on_send)
+        else:
+            target.events.register("before-send", self._on_send)
         return self
 
     def _on_send(self, request: Any = None, **kwargs: Any) -> None:

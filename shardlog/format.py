@@ -71,7 +71,7 @@ def partition_prefix(partition_id: str) -> str:
 
 def seq_of_key(key: str) -> int:
     tail = key.rsplit("/", 1)[-1]
-    if len(tail) != C.SEQ_DIGITS or not tail.isdigit():
+    if len(tail) != C.SEQ_DIGITS or not (tail.isascii() and tail.isdigit()):
         raise SegmentFormatError(f"not a segment key: {key!r}")
     return int(tail)
 
@@ -124,7 +124,7 @@ def encode_segment(
         _HEADER_TAIL.pack(first_seq, len(records), written_at_ms),
     ]
     for record in records:
-        kseq = record.kinesis_sequence_number.encode("ascii")
+        kseq = record.kinesis_sequence_number.encode("ascii", errors="replace")
         if not 1 <= len(kseq) <= C.KINESIS_SEQUENCE_MAX_DIGITS or not kseq.isdigit():
             raise ValueError(f"bad Kinesis sequence number {record.kinesis_sequence_number!r}")
         key = record.partition_key.encode("utf-8")
@@ -160,6 +160,13 @@ class _Cursor:
         return fmt.unpack(self.take(fmt.size, what))
 
 
+def _text(raw: memoryview, encoding: str, what: str) -> str:
+    try:
+        return bytes(raw).decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise SegmentFormatError(f"{what} is not valid {encoding}: {exc.reason}") from None
+
+
 def decode_segment(blob: bytes) -> Segment:
     """Decode and verify one segment. Raises SegmentFormatError on any defect."""
     minimum = _HEADER_FIXED.size + _HEADER_TAIL.size + _TRAILER.size
@@ -181,16 +188,20 @@ def decode_segment(blob: bytes) -> Segment:
             f"segment checksum mismatch: stored {stored_crc:#010x}, computed {actual_crc:#010x} "
             "(corrupt or truncated object)"
         )
-    partition_id = bytes(cursor.take(pid_len, "partition id")).decode("utf-8")
+    partition_id = _text(cursor.take(pid_len, "partition id"), "utf-8", "partition id")
     first_seq, count, written_at_ms = cursor.unpack(_HEADER_TAIL, "header")
     if count == 0:
         raise SegmentFormatError("segment declares zero records")
     records = []
     for index in range(count):
         (seq_len,) = cursor.unpack(_RECORD_SEQ_LEN, f"record {index}")
-        kseq = bytes(cursor.take(seq_len, f"record {index} sequence number")).decode("ascii")
+        what = f"record {index} sequence number"
+        kseq = _text(cursor.take(seq_len, what), "ascii", what)
+        if not kseq.isdigit():
+            raise SegmentFormatError(f"{what} {kseq!r} is not 1 to 128 decimal digits")
         arrival_ms, key_len = cursor.unpack(_RECORD_FIXED, f"record {index}")
-        key = bytes(cursor.take(key_len, f"record {index} partition key")).decode("utf-8")
+        what = f"record {index} partition key"
+        key = _text(cursor.take(key_len, what), "utf-8", what)
         (data_len,) = cursor.unpack(_RECORD_DATA_LEN, f"record {index}")
         data = bytes(cursor.take(data_len, f"record {index} data"))
         records.append(LogRecord(partition_id, first_seq + index, key, data, kseq, arrival_ms))

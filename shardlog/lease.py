@@ -33,6 +33,14 @@ _CONDITIONAL_FAILED = "ConditionalCheckFailedException"
 _PLACEHOLDER = re.compile(r"[#:][A-Za-z]+")
 
 
+class _Refused:
+    """The lease as it stood when a conditional acquire was refused."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.owner = lease.owner
+        self.expires_at_ms = lease.expires_at_ms
+
+
 def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
@@ -62,24 +70,47 @@ class LeaseManager:
         Raises LeaseHeldError when another owner's lease is live.
         """
         now = self.clock.now_ms()
-        request = self._request(
+        values = {
+            ":me": {"S": owner},
+            ":zero": _n(0),
+            ":one": _n(1),
+            ":now": _n(now),
+            ":expires": _n(now + self.lease_duration_ms),
+        }
+        sets = [
+            "#owner = :me",
+            "#counter = if_not_exists(#counter, :zero) + :one",
+            "#expires = :expires",
+        ]
+        # A takeover (the common case: every ingest invocation is a new owner) counts an
+        # owner switch. Only when that fails because we already own it, renew without one.
+        takeover = self._request(
             group,
             partition_id,
-            sets=[
-                "#owner = :me",
-                "#counter = if_not_exists(#counter, :zero) + :one",
-                "#expires = :expires",
-                "#switches = if_not_exists(#switches, :zero) + :one",
-            ],
-            condition="attribute_not_exists(#owner) OR #owner = :me OR #expires <= :now",
-            values={
-                ":me": {"S": owner},
-                ":zero": _n(0),
-                ":one": _n(1),
-                ":now": _n(now),
-                ":expires": _n(now + self.lease_duration_ms),
-            },
+            sets=[*sets, "#switches = if_not_exists(#switches, :zero) + :one"],
+            condition="attribute_not_exists(#owner) OR (#expires <= :now AND NOT #owner = :me)",
+            values=values,
         )
+        held = self._try_update(takeover)
+        if isinstance(held, Lease):
+            return held
+        if held is not None and held.owner == owner:
+            mine = self._request(
+                group, partition_id, sets=sets, condition="#owner = :me", values=values
+            )
+            again = self._try_update(mine)
+            if isinstance(again, Lease):
+                return again
+            held = again
+        raise LeaseHeldError(
+            group,
+            partition_id,
+            (held.owner if held else None) or "?",
+            held.expires_at_ms if held else 0,
+        )
+
+    def _try_update(self, request: dict[str, Any]) -> Lease | _Refused | None:
+        """The lease after the write, or what stood in the way (None: no item at all)."""
         try:
             response = self.clients.dynamodb.update_item(
                 **request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
@@ -87,13 +118,8 @@ class LeaseManager:
         except ClientError as exc:
             if aws_error_code(exc) != _CONDITIONAL_FAILED:
                 raise
-            held = Lease.from_item(exc.response["Item"]) if "Item" in exc.response else None
-            raise LeaseHeldError(
-                group,
-                partition_id,
-                (held.owner if held else None) or "?",
-                held.expires_at_ms if held else 0,
-            ) from exc
+            item = exc.response.get("Item")
+            return _Refused(Lease.from_item(item)) if item else None
         return Lease.from_item(response["Attributes"])
 
     def take(self, seen: Lease, owner: str) -> Lease:

@@ -141,10 +141,7 @@ class Producer:
         on_progress: Callable[[int], None] | None = None,
     ) -> list[PutResult]:
         """Validate everything first (nothing is sent if any record is bad), then put."""
-        validated = [
-            r if isinstance(r, ProducerRecord) else validate_record(*r, index=i)
-            for i, r in enumerate(records)
-        ]
+        validated = [self._validate(r, i) for i, r in enumerate(records)]
         results: list[PutResult | None] = [None] * len(validated)
         queue = deque(_Pending(i, r) for i, r in enumerate(validated))
         while queue:
@@ -171,6 +168,19 @@ class Producer:
                 self.clock.sleep(self.rng.uniform(0, cap))
         return [r for r in results if r is not None]
 
+    def _validate(self, record: ProducerRecord | tuple[Any, ...], index: int) -> ProducerRecord:
+        if isinstance(record, ProducerRecord):
+            record = (record.partition_key, record.data, record.explicit_hash_key)
+        valid = validate_record(*record, index=index)
+        if valid.size > self.max_batch_bytes:
+            raise ValidationError(
+                f"records[{index}].data",
+                f"record is {valid.size} bytes, more than this producer's max_batch_bytes "
+                f"({self.max_batch_bytes})",
+                limit=self.max_batch_bytes,
+            )
+        return valid
+
     def _next_batch(self, queue: deque[_Pending]) -> list[_Pending]:
         """Take from the queue in order, at most one record per key, a key blocked once skipped."""
         batch: list[_Pending] = []
@@ -185,9 +195,7 @@ class Producer:
             if key in keys or key in blocked or not fits:
                 blocked.add(key)
                 kept.append(item)
-                if not fits and not batch:
-                    raise AssertionError("a validated record always fits an empty batch")
-                if not fits:
+                if not fits:  # validation guarantees a record fits an empty batch
                     break
                 continue
             batch.append(item)

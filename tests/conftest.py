@@ -55,7 +55,7 @@ def make_env(endpoint_url: str, shard_count: int = 2) -> AwsEnv:
     )
     clients = config.clients()
     provision(clients, config, shard_count)
-    return AwsEnv(config, clients, RequestCounter().attach(clients.session))
+    return AwsEnv(config, clients, RequestCounter().attach(clients))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.config import ShardlogConfig
 from shardlog.exceptions import aws_error_code
-from shardlog.local import kinesis_fidelity
+from shardlog.local import conditional_writes, kinesis_fidelity
 
 
 class EmbeddedAWS:
@@ -33,6 +33,7 @@ class EmbeddedAWS:
         from moto.server import ThreadedMotoServer
 
         kinesis_fidelity.apply()
+        conditional_writes.apply()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()

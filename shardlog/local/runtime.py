@@ -94,7 +94,7 @@ class LocalRuntime:
         )
         # The handler gets its own session, so its requests can be counted apart.
         ingest_clients = self.config.clients()
-        self.ingest_requests.attach(ingest_clients.session)
+        self.ingest_requests.attach(ingest_clients)
         return create_handler(settings, ingest_clients, self.clock)
 
     def _ingest_checkpoint(self, shard_id: str) -> str | None:

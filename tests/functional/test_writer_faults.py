@@ -26,7 +26,9 @@ def test_append_commits_dense_seqs_and_checkpoint(aws: AwsEnv, clock: ManualCloc
     assert (first.first_seq, first.next_seq, second.first_seq, second.next_seq) == (0, 10, 10, 15)
     assert log_kinesis_seqs(aws, P) == seqs(kinesis_records(0, 15))
     lease = Tables(aws.clients, aws.config.tables).get_lease(C.INGEST_GROUP, P)
-    assert lease is not None and lease.checkpoint == kinesis_records(14, 1)[0].kinesis_sequence_number
+    assert (
+        lease is not None and lease.checkpoint == kinesis_records(14, 1)[0].kinesis_sequence_number
+    )
     assert lease.owner is None, "the ingest lease is released by the commit"
 
 
@@ -70,7 +72,7 @@ def test_redelivery_of_committed_records_is_dropped(aws: AwsEnv, clock: ManualCl
     writer_for(aws, clock).append(P, batch)
     aws.requests.reset()
     again = writer_for(aws, clock)
-    aws.requests.attach(again.clients.session)
+    aws.requests.attach(again.clients)
     result = again.append(P, batch)
     assert (result.redelivered, result.committed) == (8, 0)
     assert aws.requests.total == 3, "acquire, read head, release: nothing written"
@@ -152,7 +154,7 @@ def test_foreign_leftover_fails_loudly_and_is_not_overwritten(
 @pytest.mark.parametrize("batch_size", [1, 500, 5000])
 def test_request_budget_is_four_per_batch(aws: AwsEnv, batch_size: int) -> None:
     writer = writer_for(aws)
-    aws.requests.attach(writer.clients.session)
+    aws.requests.attach(writer.clients)
     aws.requests.reset()
     writer.append(P, kinesis_records(0, batch_size))
     assert aws.requests.total == 4, aws.requests.snapshot()
@@ -160,7 +162,7 @@ def test_request_budget_is_four_per_batch(aws: AwsEnv, batch_size: int) -> None:
 
 def test_request_budget_adds_one_per_extra_segment(aws: AwsEnv) -> None:
     writer = writer_for(aws, segment_max_records=100)
-    aws.requests.attach(writer.clients.session)
+    aws.requests.attach(writer.clients)
     aws.requests.reset()
     result = writer.append(P, kinesis_records(0, 950))
     assert result.segments_written == 10

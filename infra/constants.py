@@ -1,0 +1,104 @@
+"""Infra-only names and pinned versions: context keys, output names, layer and EMR pins.
+
+Everything the handlers also read (env var names, table keys, event-source
+settings, metric namespace) lives in shardlog/constants.py and is imported from
+there; this module holds only what the CDK app alone needs.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- context keys (`cdk synth -c shardlog:shardCount=2`, or cdk.json "context") ---------
+CTX_STREAM_NAME: Final = "shardlog:streamName"
+CTX_BUCKET_NAME: Final = "shardlog:bucketName"
+CTX_PARTITIONS_TABLE: Final = "shardlog:partitionsTableName"
+CTX_CONSUMERS_TABLE: Final = "shardlog:consumersTableName"
+CTX_SHARD_COUNT: Final = "shardlog:shardCount"  # 0 = on-demand capacity mode
+CTX_RETENTION_HOURS: Final = "shardlog:retentionHours"
+CTX_SHARD_SYNC_RATE_MINUTES: Final = "shardlog:shardSyncRateMinutes"
+CTX_LEASE_DURATION_MS: Final = "shardlog:leaseDurationMs"
+CTX_SEGMENT_MAX_RECORDS: Final = "shardlog:segmentMaxRecords"
+CTX_SEGMENT_MAX_BYTES: Final = "shardlog:segmentMaxBytes"
+CTX_API_RATE_LIMIT: Final = "shardlog:apiRateLimit"
+CTX_API_BURST_LIMIT: Final = "shardlog:apiBurstLimit"
+CTX_LOG_RETENTION_DAYS: Final = "shardlog:logRetentionDays"
+CTX_ALARM_EMAIL: Final = "shardlog:alarmEmail"
+CTX_ITERATOR_AGE_ALARM_MINUTES: Final = "shardlog:iteratorAgeAlarmMinutes"
+CTX_STACK_NAME: Final = "shardlog:stackName"
+
+DEFAULT_STACK_NAME: Final = "Shardlog"
+DEFAULT_SHARD_COUNT: Final = 1
+DEFAULT_RETENTION_HOURS: Final = 24
+DEFAULT_SHARD_SYNC_RATE_MINUTES: Final = 5
+DEFAULT_API_RATE_LIMIT: Final = 100  # requests/s per stage
+DEFAULT_API_BURST_LIMIT: Final = 200
+DEFAULT_LOG_RETENTION_DAYS: Final = 30
+DEFAULT_ITERATOR_AGE_ALARM_MINUTES: Final = 15
+
+# --- stable CfnOutput names (scripts and the CLI read these; never rename) ----------------
+OUTPUT_STREAM_NAME: Final = "StreamName"
+OUTPUT_STREAM_ARN: Final = "StreamArn"
+OUTPUT_BUCKET_NAME: Final = "BucketName"
+OUTPUT_PARTITIONS_TABLE: Final = "PartitionsTableName"
+OUTPUT_CONSUMERS_TABLE: Final = "ConsumersTableName"
+OUTPUT_INGEST_FUNCTION: Final = "IngestFunctionName"
+OUTPUT_FAILURE_QUEUE_URL: Final = "IngestFailureQueueUrl"
+OUTPUT_API_URL: Final = "ProducerApiUrl"
+OUTPUT_EMR_APPLICATION_ID: Final = "EmrApplicationId"
+OUTPUT_EMR_EXECUTION_ROLE_ARN: Final = "EmrExecutionRoleArn"
+OUTPUT_JOB_SCRIPTS_URI: Final = "SparkJobScriptsUri"
+OUTPUT_ALARM_TOPIC_ARN: Final = "AlarmTopicArn"
+OUTPUT_DASHBOARD_NAME: Final = "DashboardName"
+
+# --- Lambda --------------------------------------------------------------------------------
+# Handler entry points, dotted from the asset root (the asset holds shardlog/ and lambdas/).
+INGEST_HANDLER: Final = "lambdas.ingest.handler.handler"
+SHARD_SYNC_HANDLER: Final = "lambdas.shard_sync.handler.handler"
+PRODUCER_API_HANDLER: Final = "lambdas.producer_api.handler.handler"
+
+# The official public Powertools layer, pinned. The V3 layers are built with
+# `aws-lambda-powertools[all]` (powertools-lambda-python: layer_v3/layer/layer_stack.py uses
+# include_extras=True, and layer_constructors/helpers.py turns that into "[all]"), so they carry
+# pydantic v2 and aws-xray-sdk: the handlers' only dependencies besides boto3, which the
+# Lambda runtime provides. The runtime below and the layer's python version move together.
+POWERTOOLS_LAYER_ACCOUNT: Final = "017000801446"
+POWERTOOLS_LAYER_NAME: Final = "AWSLambdaPowertoolsPythonV3-python312-x86_64"
+POWERTOOLS_LAYER_VERSION: Final = 27  # the version the Powertools docs list (docs/index.md)
+LAMBDA_PYTHON_RUNTIME: Final = "python3.12"
+
+# The ingest timeout stays at most half the lease, so an invocation that renewed its lease
+# at the start of a batch still holds it when it commits (liveness: no steal, no wasted retry;
+# safety never depends on it, the lease counter fences every commit).
+INGEST_TIMEOUT_S: Final = 30
+INGEST_MEMORY_MB: Final = 1024  # a segment is buffered in memory (DEFAULT_SEGMENT_MAX_BYTES)
+SHARD_SYNC_TIMEOUT_S: Final = 60
+PRODUCER_TIMEOUT_S: Final = 10
+
+# --- metrics the handlers publish (Powertools EMF, namespace METRICS_NAMESPACE) ---------------
+# These mirror the literals in lambdas/ingest/handler.py and the consumer's lag metric; they
+# belong in shardlog/constants.py so the handlers and the dashboard share one name.
+METRIC_RECORDS_INGESTED: Final = "RecordsIngested"
+METRIC_BATCH_FAILED: Final = "BatchFailed"
+METRIC_LEASE_HELD: Final = "LeaseHeld"
+METRIC_CONSUMER_LAG_RECORDS: Final = "ConsumerLagRecords"
+DIMENSION_SERVICE: Final = "service"  # Powertools adds it to every metric
+DIMENSION_CONSUMER_GROUP: Final = "consumerGroup"
+
+# --- EMR Serverless ---------------------------------------------------------------------------
+# emr-7.9.0 ships Spark 3.5.5 (EMR Serverless release notes); local pyspark is pinned to 3.5.x,
+# so jobs run on the same Spark minor in both places. Stay below emr-7.10: from 7.10 on, the
+# AWS/EMRServerless metrics keyed by ApplicationId alone (the dashboard and alarm) stop updating.
+EMR_RELEASE_LABEL: Final = "emr-7.9.0"
+EMR_SPARK_MINOR: Final = "3.5"
+EMR_IDLE_TIMEOUT_MINUTES: Final = 15
+EMR_MAX_CPU: Final = "16 vCPU"
+EMR_MAX_MEMORY: Final = "64 GB"
+EMR_MAX_DISK: Final = "320 GB"
+
+# --- S3 prefixes -----------------------------------------------------------------------------
+COMPACTED_PREFIX: Final = "compacted/"
+ANALYTICS_PREFIX: Final = "analytics/"
+JOB_SCRIPTS_PREFIX: Final = "spark_jobs/"
+EMR_LOGS_PREFIX: Final = "emr-logs/"
+ACCESS_LOGS_PREFIX: Final = "s3-access/"

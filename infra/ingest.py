@@ -1,0 +1,216 @@
+"""Ingest: the Kinesis-triggered ingest Lambda, its event source mapping and failure queue,
+and the scheduled shard sync that records shard lineage in the partitions table."""
+
+from __future__ import annotations
+
+import jsii
+from aws_cdk import Duration
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra import constants as IC
+from infra.functions import FunctionSpec, ShardlogFunction
+from infra.settings import StackSettings
+from infra.storage import Storage
+from shardlog import constants as C
+
+# Read actions the event source mapping performs with the function's role (Lambda docs,
+# "Kinesis execution role permissions"; kinesis:ListStreams is account-level and not needed).
+KINESIS_ESM_ACTIONS = [
+    "kinesis:DescribeStream",
+    "kinesis:DescribeStreamSummary",
+    "kinesis:GetRecords",
+    "kinesis:GetShardIterator",
+    "kinesis:ListShards",
+]
+# S3 SSE-KMS and Kinesis/DynamoDB encryption: read needs Decrypt, write needs GenerateDataKey.
+KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
+# The writer: conditional PutObject of segments and GetObject of a leftover to adopt it.
+INGEST_S3_ACTIONS = ["s3:GetObject", "s3:PutObject"]
+# The commit is a TransactWriteItems of two Update items; IAM checks each item as UpdateItem.
+INGEST_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
+# Lease: PutItem creates the lease item if missing, UpdateItem takes/renews/checkpoints it.
+INGEST_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
+SHARD_SYNC_KINESIS_ACTIONS = [
+    "kinesis:GetRecords",
+    "kinesis:GetShardIterator",
+    "kinesis:ListShards",
+]
+SHARD_SYNC_PARTITIONS_ACTIONS = [
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+]
+SHARD_SYNC_CONSUMERS_ACTIONS = ["dynamodb:GetItem"]
+# -1 = infinite for both: a batch that keeps failing blocks its shard (and the iterator-age
+# alarm fires) instead of being skipped, because a skipped batch is a silent gap in the log.
+# Records are only discarded when they expire from the stream; Lambda then sends their
+# metadata to the failure queue, whose depth alarm makes that loss loud.
+UNLIMITED = -1
+
+
+@jsii.implements(lambda_.IEventSourceDlq)
+class QueueOnFailure:
+    """The on-failure destination, without CDK's implicit wildcard KMS grant.
+
+    lambda_event_sources.SqsDlq grants kms:ReEncrypt* and kms:GenerateDataKey*; the ingest role
+    gets named actions instead (Ingest._grant_ingest).
+    """
+
+    def __init__(self, queue: sqs.IQueue) -> None:
+        self._queue = queue
+
+    def bind(
+        self, _target: lambda_.IEventSourceMapping, _handler: lambda_.IFunction
+    ) -> lambda_.DlqDestinationConfig:
+        return lambda_.DlqDestinationConfig(destination=self._queue.queue_arn)
+
+
+class Ingest(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        storage: Storage,
+        settings: StackSettings,
+        code: lambda_.Code,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.storage = storage
+        self.settings = settings
+        self.failure_queue = self._failure_queue()
+        self.ingest = self._ingest_function(code)
+        self.event_source = self._event_source()
+        self.shard_sync = self._shard_sync_function(code)
+        self.shard_sync_rule = self._shard_sync_schedule()
+
+    @property
+    def function(self) -> lambda_.Function:
+        return self.ingest.function
+
+    def _failure_queue(self) -> sqs.Queue:
+        return sqs.Queue(
+            self,
+            "FailureQueue",
+            encryption=sqs.QueueEncryption.KMS,
+            encryption_master_key=self.storage.key,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),  # the SQS maximum: time to investigate
+        )
+
+    def _ingest_function(self, code: lambda_.Code) -> ShardlogFunction:
+        s = self.settings
+        storage = self.storage
+        spec = FunctionSpec(
+            handler=IC.INGEST_HANDLER,
+            description="Appends each Kinesis batch of one shard to the S3 log, exactly once",
+            timeout_s=IC.INGEST_TIMEOUT_S,
+            memory_mb=IC.INGEST_MEMORY_MB,
+            environment={
+                C.ENV_STREAM_NAME: storage.stream.stream_name,
+                C.ENV_BUCKET_NAME: storage.bucket.bucket_name,
+                C.ENV_PARTITIONS_TABLE: storage.partitions_table.table_name,
+                C.ENV_CONSUMERS_TABLE: storage.consumers_table.table_name,
+                C.ENV_LEASE_DURATION_MS: str(s.lease_duration_ms),
+                C.ENV_SEGMENT_MAX_RECORDS: str(s.segment_max_records),
+                C.ENV_SEGMENT_MAX_BYTES: str(s.segment_max_bytes),
+            },
+        )
+        fn = ShardlogFunction(
+            self, "IngestFunction", spec=spec, code=code, log_retention_days=s.log_retention_days
+        )
+        self._grant_ingest(fn.role)
+        return fn
+
+    def _grant_ingest(self, role: iam.IRole) -> None:
+        storage = self.storage
+        statements = [
+            (KINESIS_ESM_ACTIONS, [storage.stream.stream_arn]),
+            (INGEST_S3_ACTIONS, [storage.bucket.arn_for_objects(f"{C.EVENTS_PREFIX}*")]),
+            (INGEST_PARTITIONS_ACTIONS, [storage.partitions_table.table_arn]),
+            (INGEST_CONSUMERS_ACTIONS, [storage.consumers_table.table_arn]),
+            (["sqs:SendMessage"], [self.failure_queue.queue_arn]),
+            (KMS_DATA_ACTIONS, [storage.key.key_arn]),
+        ]
+        for actions, resources in statements:
+            role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=resources))
+
+    def _event_source(self) -> lambda_.EventSourceMapping:
+        mapping = lambda_.EventSourceMapping(
+            self,
+            "KinesisEventSource",
+            target=self.ingest.function,
+            event_source_arn=self.storage.stream.stream_arn,
+            starting_position=lambda_.StartingPosition[C.INGEST_STARTING_POSITION],
+            batch_size=C.INGEST_BATCH_SIZE,
+            max_batching_window=Duration.seconds(C.INGEST_BATCHING_WINDOW_S),
+            # 1, because the log of a shard is one ordered sequence behind one lease: with a
+            # higher factor Lambda runs several batches of the same shard at once, which would
+            # contend for that lease and could commit records out of arrival order.
+            parallelization_factor=C.INGEST_PARALLELIZATION_FACTOR,
+            # Halving a failing batch is safe: the writer drops redelivered records and adopts
+            # leftovers, and halves isolate a poison record faster.
+            bisect_batch_on_error=True,
+            # The handler commits a batch all or nothing and raises on any failure, so it never
+            # returns partial batch responses: ReportBatchItemFailures stays off.
+            report_batch_item_failures=False,
+            on_failure=QueueOnFailure(self.failure_queue),
+        )
+        # CDK rejects -1 (it only models "unset"); write it explicitly so the template says it.
+        resource = mapping.node.default_child
+        assert isinstance(resource, lambda_.CfnEventSourceMapping)
+        resource.maximum_retry_attempts = UNLIMITED
+        resource.maximum_record_age_in_seconds = UNLIMITED
+        # The mapping must not start polling before its role may read the stream.
+        policy = self.ingest.role.node.try_find_child("DefaultPolicy")
+        if policy is not None:
+            mapping.node.add_dependency(policy)
+        return mapping
+
+    def _shard_sync_function(self, code: lambda_.Code) -> ShardlogFunction:
+        storage = self.storage
+        spec = FunctionSpec(
+            handler=IC.SHARD_SYNC_HANDLER,
+            description="Records Kinesis shard lineage and state in the partitions table",
+            timeout_s=IC.SHARD_SYNC_TIMEOUT_S,
+            environment={
+                C.ENV_STREAM_NAME: storage.stream.stream_name,
+                C.ENV_PARTITIONS_TABLE: storage.partitions_table.table_name,
+                C.ENV_CONSUMERS_TABLE: storage.consumers_table.table_name,
+            },
+        )
+        fn = ShardlogFunction(
+            self,
+            "ShardSyncFunction",
+            spec=spec,
+            code=code,
+            log_retention_days=self.settings.log_retention_days,
+        )
+        statements = [
+            (SHARD_SYNC_KINESIS_ACTIONS, [storage.stream.stream_arn]),
+            (SHARD_SYNC_PARTITIONS_ACTIONS, [storage.partitions_table.table_arn]),
+            (SHARD_SYNC_CONSUMERS_ACTIONS, [storage.consumers_table.table_arn]),
+            (KMS_DATA_ACTIONS, [storage.key.key_arn]),
+        ]
+        for actions, resources in statements:
+            fn.role.add_to_principal_policy(
+                iam.PolicyStatement(actions=actions, resources=resources)
+            )
+        return fn
+
+    def _shard_sync_schedule(self) -> events.Rule:
+        return events.Rule(
+            self,
+            "ShardSyncSchedule",
+            description="Runs the shardlog shard sync",
+            schedule=events.Schedule.rate(Duration.minutes(self.settings.shard_sync_rate_minutes)),
+            # The sync is idempotent and the next tick repeats it, so a couple of retries is
+            # enough; persistent failures show up in the shard-sync errors alarm.
+            targets=[targets.LambdaFunction(self.shard_sync.function, retry_attempts=2)],
+        )

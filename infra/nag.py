@@ -1,0 +1,183 @@
+"""cdk-nag AwsSolutions acknowledgements.
+
+Each one names the rule, is attached to the narrowest construct it concerns, is limited
+with `applies_to` to the exact finding where the rule is granular, and says why.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aws_cdk import CfnElement, Stack
+from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
+from constructs import IConstruct
+
+from infra import constants as IC
+from shardlog import constants as C
+
+if TYPE_CHECKING:
+    from aws_cdk import aws_s3 as s3
+
+    from infra.functions import ShardlogFunction
+    from infra.stack import ShardlogStack
+
+XRAY_REASON = (
+    "Active tracing adds xray:PutTraceSegments and xray:PutTelemetryRecords, which support no "
+    "resource-level permissions (Service Authorization Reference), so their resource is '*'. "
+    "No other action of the role has a '*' resource."
+)
+RUNTIME_REASON = (
+    f"Pinned to {IC.LAMBDA_PYTHON_RUNTIME} to match the pinned official Powertools layer "
+    f"{IC.POWERTOOLS_LAYER_NAME}:{IC.POWERTOOLS_LAYER_VERSION}; the runtime and the layer move "
+    "together in infra/constants.py."
+)
+
+
+def _suppress(
+    construct: IConstruct, rule: str, reason: str, *applies_to: str | RegexAppliesTo
+) -> None:
+    NagSuppressions.add_resource_suppressions(
+        construct,
+        [NagPackSuppression(id=rule, reason=reason, applies_to=list(applies_to) or None)],
+        apply_to_children=True,
+    )
+
+
+def _objects(bucket: s3.IBucket, prefix: str) -> str:
+    """The finding key cdk-nag gives `bucket.arn_for_objects(prefix + '*')`."""
+    resource = bucket.node.default_child
+    assert isinstance(resource, CfnElement)
+    logical_id = Stack.of(bucket).resolve(resource.logical_id)
+    return f"Resource::<{logical_id}.Arn>/{prefix}*"
+
+
+def _lambda_function(fn: ShardlogFunction) -> None:
+    _suppress(fn.role, "AwsSolutions-IAM5", XRAY_REASON, "Resource::*")
+    _suppress(fn.function, "AwsSolutions-L1", RUNTIME_REASON)
+
+
+def acknowledge_job_run_grant(grantee: IConstruct, application: CfnElement) -> None:
+    """For Analytics.grant_start_job_run: job runs have ids only known at run time."""
+    logical_id = Stack.of(application).resolve(application.logical_id)
+    _suppress(
+        grantee,
+        "AwsSolutions-IAM5",
+        "emr-serverless:GetJobRun addresses job runs of this one application, whose ids exist "
+        "only once a run starts; the grant is scoped to that application's jobruns/ path.",
+        f"Resource::<{logical_id}.Arn>/jobruns/*",
+    )
+
+
+def acknowledge(stack: ShardlogStack) -> None:
+    storage, ingest, api, analytics = (
+        stack.storage,
+        stack.ingest,
+        stack.producer_api,
+        stack.analytics,
+    )
+    for fn in (ingest.ingest, ingest.shard_sync, api.producer):
+        _lambda_function(fn)
+
+    _suppress(
+        storage.stream,
+        "AwsSolutions-KDS3",
+        "A customer-managed key is a requirement here, cost accepted: one key policy governs "
+        "the stream, the log bucket, both tables and the failure queue, so access to shardlog "
+        "data is granted, audited and revoked in one place.",
+    )
+    _suppress(
+        ingest.ingest.role,
+        "AwsSolutions-IAM5",
+        "The writer creates and reads segment objects whose keys it computes "
+        "(events/<partition>/<seq>); the grant is scoped to the events/ prefix of the log "
+        "bucket, with only s3:PutObject and s3:GetObject.",
+        _objects(storage.bucket, C.EVENTS_PREFIX),
+    )
+    _suppress(
+        ingest.failure_queue,
+        "AwsSolutions-SQS3",
+        "This queue is the terminal on-failure destination of the Kinesis event source mapping; "
+        "it receives metadata of expired records for a human to act on (alarmed at depth 1). "
+        "A dead-letter queue behind it would add nothing.",
+    )
+
+    _suppress(
+        api.api,
+        "AwsSolutions-COG4",
+        "Producers are AWS principals: every method uses IAM (SigV4) authorization, granted "
+        "with execute-api:Invoke. There are no end users, so no Cognito user pool.",
+    )
+    _suppress(
+        api.api,
+        "AwsSolutions-APIG3",
+        "Every method requires SigV4 signatures, so unauthenticated traffic is rejected before "
+        "the integration, and stage throttling caps request rates; a WAF web ACL is left to "
+        "deployments that expose the API beyond trusted AWS principals.",
+    )
+    _suppress(
+        api.api,
+        "AwsSolutions-IAM4",
+        "The account-level API Gateway logging role needs the AWS-managed "
+        "AmazonAPIGatewayPushToCloudWatchLogs policy; it is what API Gateway documents for "
+        "stage access and execution logs.",
+        "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+        "AmazonAPIGatewayPushToCloudWatchLogs",
+    )
+
+    _suppress(
+        analytics.execution_role,
+        "AwsSolutions-IAM5",
+        "Spark jobs read every committed segment under events/ and write deterministic file "
+        "names under compacted/ and analytics/; they load scripts from spark_jobs/ and write "
+        "logs to emr-logs/ of the artifacts bucket. Each grant is scoped to its prefix, with "
+        "named actions only.",
+        _objects(storage.bucket, C.EVENTS_PREFIX),
+        _objects(storage.bucket, IC.COMPACTED_PREFIX),
+        _objects(storage.bucket, IC.ANALYTICS_PREFIX),
+        _objects(analytics.artifacts_bucket, IC.JOB_SCRIPTS_PREFIX),
+        _objects(analytics.artifacts_bucket, IC.EMR_LOGS_PREFIX),
+    )
+
+    _job_scripts_deployment(stack)
+
+
+def _job_scripts_deployment(stack: ShardlogStack) -> None:
+    """The singleton Lambda behind BucketDeployment is aws-cdk-lib's, not ours."""
+    if stack.analytics.job_scripts is None:
+        return
+    artifacts = stack.analytics.artifacts_bucket
+    for child in stack.node.children:
+        if not child.node.id.startswith("Custom::CDKBucketDeployment"):
+            continue
+        _suppress(
+            child,
+            "AwsSolutions-IAM4",
+            "aws-cdk-lib's BucketDeployment handler uses AWSLambdaBasicExecutionRole for its logs.",
+            "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        )
+        _suppress(
+            child,
+            "AwsSolutions-IAM5",
+            "aws-cdk-lib's BucketDeployment handler copies the job scripts from the CDK asset "
+            "bucket into the artifacts bucket and prunes removed ones; CDK grants it read on the "
+            "asset bucket and read/write on the artifacts bucket and its own key only (never "
+            "the log bucket or the data key).",
+            "Action::s3:GetBucket*",
+            "Action::s3:GetObject*",
+            "Action::s3:List*",
+            "Action::s3:Abort*",
+            "Action::s3:DeleteObject*",
+            "Action::kms:GenerateDataKey*",
+            "Action::kms:ReEncrypt*",
+            _objects(artifacts, ""),
+            RegexAppliesTo(
+                regex=r"/^Resource::arn:<AWS::Partition>:s3:::cdk-[a-z0-9]+-assets-"
+                r"<AWS::AccountId>-<AWS::Region>\/\*$/g"
+            ),
+        )
+        _suppress(
+            child,
+            "AwsSolutions-L1",
+            "The runtime of aws-cdk-lib's BucketDeployment handler is chosen by aws-cdk-lib and "
+            "moves with its version.",
+        )

@@ -1,0 +1,171 @@
+"""Least privilege: named actions on named resources, for every role shardlog defines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk.assertions import Template
+
+from shardlog import constants as C
+from tests.infra.cdk_synth import Synthesized
+
+XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _statements(template: Template, role_id: str) -> list[dict[str, Any]]:
+    """Every statement of the identity policies attached to one role."""
+    statements = []
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        if {"Ref": role_id} in policy["Properties"].get("Roles", []):
+            statements += policy["Properties"]["PolicyDocument"]["Statement"]
+    role = template.find_resources("AWS::IAM::Role")[role_id]["Properties"]
+    for inline in role.get("Policies", []):
+        statements += inline["PolicyDocument"]["Statement"]
+    return statements
+
+
+def _shardlog_roles(synth: Synthesized) -> dict[str, Any]:
+    stack = synth.stack
+    return {
+        "ingest": stack.ingest.ingest.role,
+        "shard_sync": stack.ingest.shard_sync.role,
+        "producer": stack.producer_api.producer.role,
+        "spark": stack.analytics.execution_role,
+    }
+
+
+def _grants(synth: Synthesized, role: Any) -> dict[str, set[str]]:
+    """resource (rendered) -> actions, for one role."""
+    grants: dict[str, set[str]] = {}
+    for statement in _statements(synth.template, synth.logical_id(role)):
+        assert statement["Effect"] == "Allow"
+        for resource in _as_list(statement["Resource"]):
+            key = str(resource)
+            grants.setdefault(key, set()).update(_as_list(statement["Action"]))
+    return grants
+
+
+def test_shardlog_roles_name_every_action(synth: Synthesized) -> None:
+    for name, role in _shardlog_roles(synth).items():
+        for statement in _statements(synth.template, synth.logical_id(role)):
+            for action in _as_list(statement["Action"]):
+                assert "*" not in action, f"{name} role has wildcard action {action}"
+
+
+def test_only_xray_gets_a_star_resource(synth: Synthesized) -> None:
+    for name, role in _shardlog_roles(synth).items():
+        for statement in _statements(synth.template, synth.logical_id(role)):
+            if "*" in _as_list(statement["Resource"]):
+                assert set(_as_list(statement["Action"])) <= XRAY_ACTIONS, name
+
+
+def test_no_role_has_wildcard_actions_on_data_resources(synth: Synthesized) -> None:
+    storage, ingest = synth.stack.storage, synth.stack.ingest
+    data_ids = {
+        synth.logical_id(c)
+        for c in (
+            storage.bucket,
+            storage.partitions_table,
+            storage.consumers_table,
+            storage.stream,
+            storage.key,
+            ingest.failure_queue,
+        )
+    }
+    for role_id in synth.resources("AWS::IAM::Role"):
+        for statement in _statements(synth.template, role_id):
+            if not any(i in str(statement["Resource"]) for i in data_ids):
+                continue
+            for action in _as_list(statement["Action"]):
+                assert "*" not in action, f"{role_id}: {action} on {statement['Resource']}"
+
+
+def test_shardlog_roles_use_no_managed_policies(synth: Synthesized) -> None:
+    roles = synth.resources("AWS::IAM::Role")
+    for name, role in _shardlog_roles(synth).items():
+        assert "ManagedPolicyArns" not in roles[synth.logical_id(role)]["Properties"], name
+
+
+def test_ingest_role_grants(synth: Synthesized) -> None:
+    storage = synth.stack.storage
+    grants = _grants(synth, synth.stack.ingest.ingest.role)
+    stream = str({"Fn::GetAtt": [synth.logical_id(storage.stream), "Arn"]})
+    partitions = str({"Fn::GetAtt": [synth.logical_id(storage.partitions_table), "Arn"]})
+    consumers = str({"Fn::GetAtt": [synth.logical_id(storage.consumers_table), "Arn"]})
+    events = str(
+        {
+            "Fn::Join": [
+                "",
+                [{"Fn::GetAtt": [synth.logical_id(storage.bucket), "Arn"]}, "/events/*"],
+            ]
+        }
+    )
+    assert grants[stream] == {
+        "kinesis:DescribeStream",
+        "kinesis:DescribeStreamSummary",
+        "kinesis:GetRecords",
+        "kinesis:GetShardIterator",
+        "kinesis:ListShards",
+    }
+    assert grants[events] == {"s3:GetObject", "s3:PutObject"}
+    assert grants[partitions] == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    assert grants[consumers] == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+    # Nothing on the bucket itself or any other prefix: the log is append-only for ingest.
+    bucket_arn = str({"Fn::GetAtt": [synth.logical_id(storage.bucket), "Arn"]})
+    assert bucket_arn not in grants
+
+
+def test_shard_sync_role_grants(synth: Synthesized) -> None:
+    storage = synth.stack.storage
+    grants = _grants(synth, synth.stack.ingest.shard_sync.role)
+    stream = str({"Fn::GetAtt": [synth.logical_id(storage.stream), "Arn"]})
+    consumers = str({"Fn::GetAtt": [synth.logical_id(storage.consumers_table), "Arn"]})
+    assert grants[stream] == {
+        "kinesis:GetRecords",
+        "kinesis:GetShardIterator",
+        "kinesis:ListShards",
+    }
+    assert grants[consumers] == {"dynamodb:GetItem"}
+    assert not any("s3:" in a for actions in grants.values() for a in actions)
+
+
+def test_producer_role_can_only_put_records(synth: Synthesized) -> None:
+    storage = synth.stack.storage
+    grants = _grants(synth, synth.stack.producer_api.producer.role)
+    stream = str({"Fn::GetAtt": [synth.logical_id(storage.stream), "Arn"]})
+    assert grants[stream] == {"kinesis:PutRecord", "kinesis:PutRecords"}
+    key = str({"Fn::GetAtt": [synth.logical_id(storage.key), "Arn"]})
+    assert grants[key] == {"kms:GenerateDataKey"}
+
+
+def test_spark_role_reads_the_log_and_writes_only_its_prefixes(synth: Synthesized) -> None:
+    storage = synth.stack.storage
+    grants = _grants(synth, synth.stack.analytics.execution_role)
+    bucket = {"Fn::GetAtt": [synth.logical_id(storage.bucket), "Arn"]}
+
+    def objects(prefix: str) -> str:
+        return str({"Fn::Join": ["", [bucket, f"/{prefix}*"]]})
+
+    assert grants[objects(C.EVENTS_PREFIX)] == {"s3:GetObject"}
+    for prefix in ("compacted/", "analytics/"):
+        assert grants[objects(prefix)] == {"s3:DeleteObject", "s3:GetObject", "s3:PutObject"}
+    assert grants[str(bucket)] == {"s3:ListBucket"}
+    writes = {"s3:PutObject", "s3:DeleteObject"}
+    for resource, actions in grants.items():
+        if actions & writes and str(bucket) in resource:
+            assert resource in (objects("compacted/"), objects("analytics/")), resource
+
+
+def test_spark_role_trusts_only_emr_serverless_of_this_account(synth: Synthesized) -> None:
+    role = synth.resources("AWS::IAM::Role")[
+        synth.logical_id(synth.stack.analytics.execution_role)
+    ]["Properties"]
+    (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "emr-serverless.amazonaws.com"}
+    assert statement["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    }

@@ -1,0 +1,127 @@
+"""Parity: the stack creates exactly the keys and event-source settings the code assumes.
+
+`synthesized_resource_specs` reduces the template to a plain dict; the local runtime's
+resource specs (shardlog.local) can be compared with it in the same shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from aws_cdk.assertions import Template
+
+from shardlog import constants as C
+from tests.infra.cdk_synth import Synthesized
+
+EVENT_SOURCE_KEYS = (
+    "BatchSize",
+    "MaximumBatchingWindowInSeconds",
+    "ParallelizationFactor",
+    "StartingPosition",
+)
+
+
+def _only(resources: Mapping[str, Any], what: str) -> dict[str, Any]:
+    assert len(resources) == 1, f"expected one {what}, found {sorted(resources)}"
+    return next(iter(resources.values()))["Properties"]  # type: ignore[no-any-return]
+
+
+def _table(template: Template, hash_key: str) -> dict[str, Any]:
+    tables = {
+        logical_id: table
+        for logical_id, table in template.find_resources("AWS::DynamoDB::Table").items()
+        if table["Properties"]["KeySchema"][0]["AttributeName"] == hash_key
+    }
+    props = _only(tables, f"table with hash key {hash_key}")
+    return {
+        "KeySchema": props["KeySchema"],
+        "AttributeDefinitions": sorted(
+            props["AttributeDefinitions"], key=lambda a: a["AttributeName"]
+        ),
+    }
+
+
+def synthesized_resource_specs(template: Template) -> dict[str, dict[str, Any]]:
+    """Table key schemas and ingest event-source settings, as plain data."""
+    event_source = _only(
+        template.find_resources("AWS::Lambda::EventSourceMapping"), "event source mapping"
+    )
+    return {
+        "partitions_table": _table(template, C.ATTR_PARTITION_ID),
+        "consumers_table": _table(template, C.ATTR_CONSUMER_GROUP),
+        "event_source": {key: event_source[key] for key in EVENT_SOURCE_KEYS},
+    }
+
+
+def test_partitions_table_key_matches_constants(template: Template) -> None:
+    assert synthesized_resource_specs(template)["partitions_table"] == {
+        "KeySchema": [{"AttributeName": C.ATTR_PARTITION_ID, "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": "S"}],
+    }
+
+
+def test_consumers_table_key_matches_constants(template: Template) -> None:
+    assert synthesized_resource_specs(template)["consumers_table"] == {
+        "KeySchema": [
+            {"AttributeName": C.ATTR_CONSUMER_GROUP, "KeyType": "HASH"},
+            {"AttributeName": C.ATTR_PARTITION_ID, "KeyType": "RANGE"},
+        ],
+        "AttributeDefinitions": [
+            {"AttributeName": C.ATTR_CONSUMER_GROUP, "AttributeType": "S"},
+            {"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": "S"},
+        ],
+    }
+
+
+def test_event_source_matches_the_local_poller_constants(template: Template) -> None:
+    assert synthesized_resource_specs(template)["event_source"] == {
+        "BatchSize": C.INGEST_BATCH_SIZE,
+        "MaximumBatchingWindowInSeconds": C.INGEST_BATCHING_WINDOW_S,
+        "ParallelizationFactor": C.INGEST_PARALLELIZATION_FACTOR,
+        "StartingPosition": C.INGEST_STARTING_POSITION,
+    }
+
+
+def test_handlers_get_settings_through_the_shared_env_names(synth: Synthesized) -> None:
+    functions = synth.resources("AWS::Lambda::Function")
+    by_handler = {f["Properties"]["Handler"]: f["Properties"] for f in functions.values()}
+    ingest_env = by_handler["lambdas.ingest.handler.handler"]["Environment"]["Variables"]
+    assert {
+        C.ENV_BUCKET_NAME,
+        C.ENV_PARTITIONS_TABLE,
+        C.ENV_CONSUMERS_TABLE,
+        C.ENV_LEASE_DURATION_MS,
+        C.ENV_SEGMENT_MAX_RECORDS,
+        C.ENV_SEGMENT_MAX_BYTES,
+    } <= set(ingest_env)
+    assert ingest_env[C.ENV_LEASE_DURATION_MS] == str(C.DEFAULT_LEASE_DURATION_MS)
+    assert ingest_env[C.ENV_SEGMENT_MAX_RECORDS] == str(C.DEFAULT_SEGMENT_MAX_RECORDS)
+    assert ingest_env[C.ENV_SEGMENT_MAX_BYTES] == str(C.DEFAULT_SEGMENT_MAX_BYTES)
+    storage = synth.stack.storage
+    assert ingest_env[C.ENV_BUCKET_NAME] == synth.stack.resolve(storage.bucket.bucket_name)
+    sync_env = by_handler["lambdas.shard_sync.handler.handler"]["Environment"]["Variables"]
+    assert sync_env[C.ENV_STREAM_NAME] == synth.stack.resolve(storage.stream.stream_name)
+    assert sync_env[C.ENV_PARTITIONS_TABLE] == synth.stack.resolve(
+        storage.partitions_table.table_name
+    )
+
+
+def test_local_runtime_creates_what_the_stack_synthesizes(template: Template) -> None:
+    """The embedded AWS's resources (shardlog.local.embedded.resource_specs) equal the stack's."""
+    from shardlog.config import ShardlogConfig
+    from shardlog.local.embedded import resource_specs
+
+    local = resource_specs(ShardlogConfig(), shard_count=4)
+    synthesized = synthesized_resource_specs(template)
+    for table in ("partitions_table", "consumers_table"):
+        assert local[table]["KeySchema"] == synthesized[table]["KeySchema"]
+        assert (
+            sorted(local[table]["AttributeDefinitions"], key=lambda a: a["AttributeName"])
+            == synthesized[table]["AttributeDefinitions"]
+        )
+    mapping = _only(
+        template.find_resources("AWS::Lambda::EventSourceMapping"), "event source mapping"
+    )
+    for key, value in local["event_source"].items():
+        assert mapping[key] == value, key

@@ -1,0 +1,492 @@
+"""Producer: Kinesis limits at and past the edge, batching, per-key order and retries.
+
+Functional tests run against the embedded moto server. Requests are observed with
+botocore event hooks (never stubbed); failed entries are injected by a Producer
+subclass that really sends only part of a batch.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from shardlog import constants as C
+from shardlog.aws import Clients, RequestCounter
+from shardlog.clock import ManualClock
+from shardlog.exceptions import ProducerError, ValidationError
+from shardlog.producer import (
+    Producer,
+    ProducerRecord,
+    PutResult,
+    iter_json_records,
+    validate_record,
+)
+from shardlog.shardsync import list_shards
+from tests.conftest import AwsEnv
+
+MIB = 1024 * 1024
+
+
+def rejected(*args: Any, **kwargs: Any) -> ValidationError:
+    with pytest.raises(ValidationError) as caught:
+        validate_record(*args, **kwargs)
+    return caught.value
+
+
+# --- partition key ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["k", "k" * 256, "\u00e9" * 256, "\U0001f600" * 256])
+def test_partition_key_of_1_to_256_characters_is_accepted(key: str) -> None:
+    assert validate_record(key, b"").partition_key == key
+
+
+@pytest.mark.parametrize("key", ["", "k" * 257, "\u00e9" * 257])
+def test_partition_key_of_0_or_257_characters_is_rejected(key: str) -> None:
+    error = rejected(key, b"")
+    assert error.field == "partitionKey"
+    assert error.limit == 256
+    assert f"got {len(key)}" in str(error)
+
+
+@pytest.mark.parametrize("key", [None, 5, b"key", ["k"]])
+def test_partition_key_must_be_a_string(key: Any) -> None:
+    error = rejected(key, b"")
+    assert error.field == "partitionKey"
+    assert error.limit == "1..256 chars"
+
+
+def test_field_names_the_record_index() -> None:
+    assert rejected("", b"", index=3).field == "records[3].partitionKey"
+    assert rejected("k", 5, index=0).field == "records[0].data"
+    assert rejected("k", b"", "-1", index=7).field == "records[7].explicitHashKey"
+
+
+# --- record size: data plus UTF-8 key -----------------------------------------------------
+
+
+def test_record_of_exactly_1_mib_including_the_key_is_accepted() -> None:
+    record = validate_record("key", b"x" * (MIB - 3))
+    assert record.size == C.KINESIS_MAX_RECORD_BYTES == 1_048_576
+
+
+def test_record_one_byte_over_1_mib_is_rejected() -> None:
+    error = rejected("key", b"x" * (MIB - 2))
+    assert error.field == "data"
+    assert error.limit == 1_048_576
+    assert "1048577 bytes" in str(error)
+
+
+def test_multibyte_key_counts_bytes_for_size_and_characters_for_length() -> None:
+    key = "\u00e9" * 256  # 256 characters, 512 bytes
+    assert validate_record(key, b"x" * (MIB - 512)).size == MIB
+    error = rejected(key, b"x" * (MIB - 511))
+    assert (error.field, error.limit) == ("data", MIB)
+    emoji = "\U0001f600" * 256  # 256 characters, 1024 bytes
+    assert validate_record(emoji, b"x" * (MIB - 1024)).size == MIB
+    assert rejected(emoji, b"x" * (MIB - 1023)).field == "data"
+
+
+def test_text_data_is_utf8_and_counted_in_bytes() -> None:
+    assert validate_record("k", "\u00e9").data == b"\xc3\xa9"
+    assert validate_record("kk", "\u00e9" * (MIB // 2 - 1)).size == MIB
+    assert rejected("kk", "\u00e9" * (MIB // 2 - 1) + "x").field == "data"
+
+
+@pytest.mark.parametrize("data", [5, None, ["x"], {"a": 1}])
+def test_data_must_be_bytes(data: Any) -> None:
+    error = rejected("k", data)
+    assert (error.field, error.limit) == ("data", MIB)
+
+
+def test_bytes_like_data_is_accepted() -> None:
+    assert validate_record("k", bytearray(b"ab")).data == b"ab"
+    assert validate_record("k", memoryview(b"ab")).data == b"ab"
+    assert validate_record("k", b"").data == b""
+
+
+# --- explicit hash key --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", str(2**128 - 1)])
+def test_explicit_hash_key_bounds_accepted(value: str) -> None:
+    assert validate_record("k", b"", value).explicit_hash_key == value
+
+
+def test_explicit_hash_key_past_the_top_is_rejected() -> None:
+    error = rejected("k", b"", str(2**128))
+    assert error.field == "explicitHashKey"
+    assert error.limit == 2**128 - 1
+
+
+@pytest.mark.parametrize("value", ["", "-1", "1.5", "abc", "\u0661", 7])
+def test_explicit_hash_key_malformed_is_rejected(value: Any) -> None:
+    error = rejected("k", b"", value)
+    assert error.field == "explicitHashKey"
+    assert error.limit == f"0..{2**128 - 1}"
+
+
+# --- JSON lines ---------------------------------------------------------------------------
+
+
+def test_iter_json_records_reads_every_shape() -> None:
+    lines = [
+        '{"partitionKey": "a", "data": "text"}',
+        "",
+        '{"partitionKey": "b", "dataBase64": "AP8="}',
+        '{"partitionKey": "c", "data": "", "explicitHashKey": "42"}',
+    ]
+    assert list(iter_json_records(lines)) == [
+        ProducerRecord("a", b"text"),
+        ProducerRecord("b", b"\x00\xff"),
+        ProducerRecord("c", b"", "42"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "field", "message"),
+    [
+        ("{not json", "line 3", "invalid JSON"),
+        ("[1, 2]", "line 3", "must be a JSON object"),
+        ('{"partitionKey": "k", "dataBase64": "***"}', "line 3.dataBase64", "invalid base64"),
+        ('{"data": "x"}', "line 3.partitionKey", "must be a string"),
+        ('{"partitionKey": ""}', "line 3.partitionKey", "1 to 256"),
+        ('{"partitionKey": "k", "explicitHashKey": "-1"}', "line 3.explicitHashKey", "decimal"),
+        ('{"partitionKey": "k", "data": 5}', "line 3.data", "bytes"),
+    ],
+)
+def test_iter_json_records_errors_name_the_line(bad_line: str, field: str, message: str) -> None:
+    lines = ['{"partitionKey": "a"}', "   ", bad_line, '{"partitionKey": "z"}']
+    records = iter_json_records(lines)
+    assert next(records).partition_key == "a"
+    with pytest.raises(ValidationError, match=message) as caught:
+        next(records)
+    assert caught.value.field == field
+    assert str(caught.value).startswith(field)
+
+
+def test_iter_json_records_size_error_names_the_line_and_limit() -> None:
+    line = '{"partitionKey": "k", "data": "' + "x" * MIB + '"}'
+    with pytest.raises(ValidationError) as caught:
+        list(iter_json_records([line]))
+    assert (caught.value.field, caught.value.limit) == ("line 1.data", MIB)
+
+
+# --- Producer settings --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("max_records", "max_bytes", "field", "limit"),
+    [
+        (0, 5 * MIB, "max_batch_records", 500),
+        (501, 5 * MIB, "max_batch_records", 500),
+        (500, 0, "max_batch_bytes", 5 * MIB),
+        (500, 5 * MIB + 1, "max_batch_bytes", 5 * MIB),
+    ],
+)
+def test_producer_rejects_batch_limits_past_kinesis(
+    max_records: int, max_bytes: int, field: str, limit: int
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        Producer("s", Clients(), max_batch_records=max_records, max_batch_bytes=max_bytes)
+    assert (caught.value.field, caught.value.limit) == (field, limit)
+
+
+def test_producer_accepts_batch_limits_at_the_edges() -> None:
+    for records, size in ((1, 1), (500, 5 * MIB)):
+        producer = Producer("s", Clients(), max_batch_records=records, max_batch_bytes=size)
+        assert (producer.max_batch_records, producer.max_batch_bytes) == (records, size)
+
+
+# --- functional, against the embedded Kinesis ---------------------------------------------
+
+
+@dataclass
+class Observed:
+    """Clients whose PutRecords calls are counted and whose Records params are captured."""
+
+    clients: Clients
+    requests: RequestCounter
+    calls: list[list[dict[str, Any]]] = field(default_factory=list)
+
+    def capture(self, params: dict[str, Any], **_: Any) -> None:
+        self.calls.append(list(params["Records"]))
+
+
+@pytest.fixture
+def observed(aws: AwsEnv) -> Observed:
+    # Hooks go on a session before its clients exist: botocore copies the session's
+    # event emitter into each client when the client is built.
+    clients = aws.fresh_clients()
+    spy = Observed(clients, RequestCounter().attach(clients.session))
+    clients.session.events.register("before-parameter-build.kinesis.PutRecords", spy.capture)
+    return spy
+
+
+@dataclass(frozen=True)
+class StreamRecord:
+    shard_id: str
+    sequence_number: int
+    partition_key: str
+    data: bytes
+
+
+def read_stream(aws: AwsEnv) -> list[StreamRecord]:
+    kinesis = aws.clients.kinesis
+    out: list[StreamRecord] = []
+    for shard in list_shards(kinesis, aws.config.stream_name):
+        iterator = kinesis.get_shard_iterator(
+            StreamName=aws.config.stream_name,
+            ShardId=shard["ShardId"],
+            ShardIteratorType="TRIM_HORIZON",
+        )["ShardIterator"]
+        while iterator:
+            response = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+            if not response["Records"]:
+                break
+            out += [
+                StreamRecord(
+                    shard["ShardId"], int(r["SequenceNumber"]), r["PartitionKey"], r["Data"]
+                )
+                for r in response["Records"]
+            ]
+            iterator = response.get("NextShardIterator")
+    return out
+
+
+def per_key_order(stream: list[StreamRecord]) -> dict[str, list[bytes]]:
+    by_key: dict[str, list[StreamRecord]] = {}
+    for record in stream:
+        by_key.setdefault(record.partition_key, []).append(record)
+    return {
+        key: [r.data for r in sorted(records, key=lambda r: r.sequence_number)]
+        for key, records in by_key.items()
+    }
+
+
+def keyed_records(keys: int, per_key: int) -> list[tuple[str, bytes]]:
+    """Interleaved: k0#0, k1#0, ..., k0#1, k1#1, ... with unique data."""
+    return [(f"k{k}", f"k{k}#{n}".encode()) for n in range(per_key) for k in range(keys)]
+
+
+def expected_order(records: list[tuple[str, bytes]]) -> dict[str, list[bytes]]:
+    order: dict[str, list[bytes]] = {}
+    for key, data in records:
+        order.setdefault(key, []).append(data)
+    return order
+
+
+def entry_size(entry: dict[str, Any]) -> int:
+    return len(entry["Data"]) + len(entry["PartitionKey"].encode("utf-8"))
+
+
+def test_1200_records_go_in_calls_of_at_most_500_records_and_5_mib(
+    aws: AwsEnv, observed: Observed
+) -> None:
+    small = [(f"s{i:04d}", b"s" * 10) for i in range(600)]
+    large = [(f"l{i:04d}", bytes([i % 256]) * 16 * 1024) for i in range(600)]
+    records = small + large
+    producer = Producer(aws.config.stream_name, observed.clients, clock=ManualClock())
+
+    results = producer.put_records(records)
+
+    assert producer.calls == len(observed.calls) == 3
+    assert observed.requests.by_operation["kinesis.PutRecords"] == 3
+    assert [len(call) for call in observed.calls] == [500, 100 + 319, 281]
+    assert all(len(call) <= 500 for call in observed.calls)
+    assert all(sum(map(entry_size, call)) <= 5 * MIB for call in observed.calls)
+    assert sum(map(entry_size, observed.calls[1])) > 5 * MIB - 16 * 1024  # bytes bound it
+    sent = [(e["PartitionKey"], e["Data"]) for call in observed.calls for e in call]
+    assert sent == records
+
+    shard_ids = {s["ShardId"] for s in list_shards(aws.clients.kinesis, aws.config.stream_name)}
+    assert len(results) == 1200
+    assert all(isinstance(r, PutResult) for r in results)
+    assert all(r.shard_id in shard_ids and r.sequence_number.isdigit() for r in results)
+    stream = read_stream(aws)
+    assert len(stream) == 1200
+    located = {(r.shard_id, r.sequence_number): (r.partition_key, r.data) for r in stream}
+    assert [located[(r.shard_id, int(r.sequence_number))] for r in results] == records
+
+
+def test_nothing_is_sent_when_any_record_is_invalid(aws: AwsEnv, observed: Observed) -> None:
+    records: list[Any] = [(f"k{i}", b"ok") for i in range(700)]
+    records.append(("k" * 257, b"bad"))
+    producer = Producer(aws.config.stream_name, observed.clients, clock=ManualClock())
+
+    with pytest.raises(ValidationError) as caught:
+        producer.put_records(records)
+
+    assert caught.value.field == "records[700].partitionKey"
+    assert producer.calls == 0
+    assert observed.requests.by_operation["kinesis.PutRecords"] == 0
+    assert read_stream(aws) == []
+
+
+def test_nothing_is_sent_when_a_producer_record_is_invalid(aws: AwsEnv, observed: Observed) -> None:
+    producer = Producer(aws.config.stream_name, observed.clients, clock=ManualClock())
+    with pytest.raises(ValidationError):
+        producer.put_records([("good", b"ok"), ProducerRecord("k" * 257, b"bad")])
+    assert read_stream(aws) == []
+
+
+def test_record_larger_than_max_batch_bytes_is_sent_alone_or_rejected_up_front(
+    aws: AwsEnv, observed: Observed
+) -> None:
+    producer = Producer(
+        aws.config.stream_name, observed.clients, max_batch_bytes=1000, clock=ManualClock()
+    )
+    records = [("a", b"x" * 10), ("b", b"x" * 2000)]
+    try:
+        results = producer.put_records(records)
+    except ValidationError:
+        assert read_stream(aws) == []
+    else:
+        assert len(results) == 2
+        assert sorted(r.data for r in read_stream(aws)) == sorted(d for _, d in records)
+
+
+def test_one_key_is_never_twice_in_one_call_and_keeps_its_order(
+    aws: AwsEnv, observed: Observed
+) -> None:
+    records = keyed_records(keys=5, per_key=20)
+    records += [("solo", b"solo#0"), ("k0", b"k0#20"), ("k0", b"k0#21")]
+    producer = Producer(aws.config.stream_name, observed.clients, clock=ManualClock())
+
+    results = producer.put_records(records)
+
+    assert len(observed.calls) >= 22  # k0 has 22 records, at most one per call
+    for call in observed.calls:
+        keys = [entry["PartitionKey"] for entry in call]
+        assert len(keys) == len(set(keys)), keys
+    assert per_key_order(read_stream(aws)) == expected_order(records)
+    for key in expected_order(records):
+        numbers = [
+            int(r.sequence_number) for r, (k, _) in zip(results, records, strict=True) if k == key
+        ]
+        assert numbers == sorted(numbers)
+
+
+def test_max_batch_records_bounds_each_call(aws: AwsEnv, observed: Observed) -> None:
+    records = [(f"k{i}", b"x") for i in range(25)]
+    producer = Producer(
+        aws.config.stream_name, observed.clients, max_batch_records=10, clock=ManualClock()
+    )
+    producer.put_records(records)
+    assert [len(call) for call in observed.calls] == [10, 10, 5]
+
+
+# --- retries of failed entries ------------------------------------------------------------
+
+
+class TopOfJitter(random.Random):
+    """Backoff jitter that always takes the cap, so the sleeps show the exponential bound."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+class HalfFailingProducer(Producer):
+    """Really sends only the first half of a batch; reports the second half as failed.
+
+    Kinesis fails entries the same way (ProvisionedThroughputExceeded for some entries
+    of a call); here the failed ones are never sent at all, so exactly-once is testable.
+    """
+
+    def __init__(self, *args: Any, failing_calls: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failing_calls = failing_calls
+        self.injected: list[bytes] = []
+
+    def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
+        if self.failing_calls <= 0:
+            return super()._send(batch, results)
+        self.failing_calls -= 1
+        half = len(batch) // 2
+        sent, unsent = batch[:half], batch[half:]
+        failed = super()._send(sent, results) if sent else []
+        for item in unsent:
+            item.attempts += 1
+            item.error = "ProvisionedThroughputExceededException: injected by the test"
+            self.injected.append(item.record.data)
+        return [*failed, *unsent]
+
+
+def test_failed_entries_are_retried_exactly_once_in_key_order(
+    aws: AwsEnv, observed: Observed, clock: ManualClock
+) -> None:
+    records = keyed_records(keys=6, per_key=10)
+    producer = HalfFailingProducer(
+        aws.config.stream_name, observed.clients, failing_calls=3, clock=clock
+    )
+
+    results = producer.put_records(records)
+
+    assert len(producer.injected) >= 9  # three calls of 6 records, half of each failed
+    assert len(clock.slept) == 3
+    assert all(0 <= s <= producer.max_backoff_s for s in clock.slept)
+    assert len(results) == len(records)
+    stream = read_stream(aws)
+    assert Counter((r.partition_key, r.data) for r in stream) == Counter(records)
+    assert max(Counter((r.partition_key, r.data) for r in stream).values()) == 1
+    assert per_key_order(stream) == expected_order(records)
+    assert observed.requests.by_operation["kinesis.PutRecords"] == producer.calls
+
+
+def test_backoff_grows_while_the_same_entry_keeps_failing(
+    aws: AwsEnv, observed: Observed, clock: ManualClock
+) -> None:
+    producer = HalfFailingProducer(
+        aws.config.stream_name,
+        observed.clients,
+        failing_calls=4,
+        max_attempts=5,
+        base_backoff_s=0.05,
+        max_backoff_s=0.3,
+        clock=clock,
+        rng=TopOfJitter(),
+    )
+    start = clock.now_ms()
+
+    results = producer.put_records([("a", b"a#0"), ("b", b"b#0")])
+
+    # "b" failed on attempts 1..4: the cap doubles from 0.05 s until max_backoff_s.
+    assert clock.slept == [0.05, 0.1, 0.2, 0.3]
+    assert clock.now_ms() - start == 650
+    assert len(results) == 2
+    assert sorted(r.data for r in read_stream(aws)) == [b"a#0", b"b#0"]
+
+
+def test_persistent_failure_raises_with_unsent_records_in_order(
+    aws: AwsEnv, observed: Observed, clock: ManualClock
+) -> None:
+    records = [("k0", b"k0a"), ("k1", b"k1a"), ("k2", b"k2a")]
+    records += [("k0", b"k0b"), ("k1", b"k1b"), ("k2", b"k2b")]
+    producer = HalfFailingProducer(
+        aws.config.stream_name, observed.clients, failing_calls=99, max_attempts=2, clock=clock
+    )
+
+    with pytest.raises(ProducerError) as caught:
+        producer.put_records(records)
+
+    error = caught.value
+    # Call 1 holds k0a, k1a, k2a and really sends k0a; call 2 holds k1a, k2a, k0b and
+    # really sends k1a; k2a then failed its second attempt.
+    assert [(r.partition_key, r.data) for r in error.unsent] == records[2:]
+    assert "'k2'" in str(error) and "after 2 attempts" in str(error)
+    sent = [r for r in error.results if r is not None]
+    assert [i for i, r in enumerate(error.results) if r is not None] == [0, 1]
+    assert len(clock.slept) == 1
+    stream = read_stream(aws)
+    assert sorted(r.data for r in stream) == [b"k0a", b"k1a"]
+    located = {(r.shard_id, r.sequence_number): r.data for r in stream}
+    assert [located[(r.shard_id, int(r.sequence_number))] for r in sent] == [b"k0a", b"k1a"]
+
+
+def test_aws_fixture_request_counter_counts_requests_through_aws_clients(aws: AwsEnv) -> None:
+    aws.clients.kinesis.put_record(StreamName=aws.config.stream_name, PartitionKey="k", Data=b"x")
+    assert aws.requests.by_operation["kinesis.PutRecord"] == 1
