@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from shardlog import constants as C
+
 # --- context keys (`cdk synth -c shardlog:shardCount=2`, or cdk.json "context") ---------
 CTX_STREAM_NAME: Final = "shardlog:streamName"
 CTX_BUCKET_NAME: Final = "shardlog:bucketName"
@@ -78,10 +80,10 @@ PRODUCER_TIMEOUT_S: Final = 10
 # --- metrics the handlers publish (Powertools EMF, namespace METRICS_NAMESPACE) ---------------
 # These mirror the literals in lambdas/ingest/handler.py and the consumer's lag metric; they
 # belong in shardlog/constants.py so the handlers and the dashboard share one name.
-METRIC_RECORDS_INGESTED: Final = "RecordsIngested"
-METRIC_BATCH_FAILED: Final = "BatchFailed"
-METRIC_LEASE_HELD: Final = "LeaseHeld"
-METRIC_CONSUMER_LAG_RECORDS: Final = "ConsumerLagRecords"
+METRIC_RECORDS_INGESTED: Final = C.METRIC_RECORDS_INGESTED
+METRIC_BATCH_FAILED: Final = C.METRIC_BATCH_FAILED
+METRIC_LEASE_HELD: Final = C.METRIC_LEASE_HELD
+METRIC_CONSUMER_LAG_RECORDS: Final = C.METRIC_CONSUMER_LAG_RECORDS
 DIMENSION_SERVICE: Final = "service"  # Powertools adds it to every metric
 DIMENSION_CONSUMER_GROUP: Final = "consumerGroup"
 

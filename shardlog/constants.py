@@ -31,6 +31,16 @@ LOCAL_STATE_FILE: Final = ".shardlog/local.json"
 # --- Powertools --------------------------------------------------------------
 POWERTOOLS_SERVICE_NAME: Final = "shardlog"
 METRICS_NAMESPACE: Final = "Shardlog"
+# Metric names the handlers publish and the dashboard and alarms read.
+METRIC_RECORDS_INGESTED: Final = "RecordsIngested"
+METRIC_RECORDS_REDELIVERED: Final = "RecordsRedelivered"
+METRIC_SEGMENTS_WRITTEN: Final = "SegmentsWritten"
+METRIC_SEGMENTS_ADOPTED: Final = "SegmentsAdopted"
+METRIC_BATCH_FAILED: Final = "BatchFailed"
+METRIC_LEASE_HELD: Final = "LeaseHeld"
+METRIC_CONSUMER_LAG_RECORDS: Final = "ConsumerLagRecords"
+METRIC_PARTITIONS_CLOSED: Final = "PartitionsClosed"
+METRIC_PARTITIONS_ENDED: Final = "PartitionsEnded"
 
 # --- S3 log layout -------------------------------------------------------------
 EVENTS_PREFIX: Final = "events/"

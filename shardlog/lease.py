@@ -33,14 +33,6 @@ _CONDITIONAL_FAILED = "ConditionalCheckFailedException"
 _PLACEHOLDER = re.compile(r"[#:][A-Za-z]+")
 
 
-class _Refused:
-    """The lease as it stood when a conditional acquire was refused."""
-
-    def __init__(self, lease: Lease) -> None:
-        self.owner = lease.owner
-        self.expires_at_ms = lease.expires_at_ms
-
-
 def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
@@ -91,17 +83,16 @@ class LeaseManager:
             condition="attribute_not_exists(#owner) OR (#expires <= :now AND NOT #owner = :me)",
             values=values,
         )
-        held = self._try_update(takeover)
-        if isinstance(held, Lease):
-            return held
+        written, held = self._try_update(takeover)
+        if written:
+            return held  # type: ignore[return-value]
         if held is not None and held.owner == owner:
             mine = self._request(
                 group, partition_id, sets=sets, condition="#owner = :me", values=values
             )
-            again = self._try_update(mine)
-            if isinstance(again, Lease):
-                return again
-            held = again
+            written, held = self._try_update(mine)
+            if written:
+                return held  # type: ignore[return-value]
         raise LeaseHeldError(
             group,
             partition_id,
@@ -109,8 +100,8 @@ class LeaseManager:
             held.expires_at_ms if held else 0,
         )
 
-    def _try_update(self, request: dict[str, Any]) -> Lease | _Refused | None:
-        """The lease after the write, or what stood in the way (None: no item at all)."""
+    def _try_update(self, request: dict[str, Any]) -> tuple[bool, Lease | None]:
+        """(True, the lease after the write), or (False, the lease that stood in the way)."""
         try:
             response = self.clients.dynamodb.update_item(
                 **request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
@@ -119,8 +110,8 @@ class LeaseManager:
             if aws_error_code(exc) != _CONDITIONAL_FAILED:
                 raise
             item = exc.response.get("Item")
-            return _Refused(Lease.from_item(item)) if item else None
-        return Lease.from_item(response["Attributes"])
+            return False, Lease.from_item(item) if item else None
+        return True, Lease.from_item(response["Attributes"])
 
     def take(self, seen: Lease, owner: str) -> Lease:
         """Take or steal a lease as it was seen: conditional on the counter seen (KCL's take).

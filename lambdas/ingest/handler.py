@@ -74,16 +74,16 @@ def create_handler(
             result = writer.append(shard_id, records, owner=owner)
         except LeaseHeldError as exc:
             logger.warning("ingest lease held elsewhere; batch will be retried", owner=exc.owner)
-            metrics.add_metric("LeaseHeld", MetricUnit.Count, 1)
+            metrics.add_metric(C.METRIC_LEASE_HELD, MetricUnit.Count, 1)
             raise
         except Exception:
             logger.exception("batch not committed; it will be retried")
-            metrics.add_metric("BatchFailed", MetricUnit.Count, 1)
+            metrics.add_metric(C.METRIC_BATCH_FAILED, MetricUnit.Count, 1)
             raise
-        metrics.add_metric("RecordsIngested", MetricUnit.Count, result.committed)
-        metrics.add_metric("RecordsRedelivered", MetricUnit.Count, result.redelivered)
-        metrics.add_metric("SegmentsWritten", MetricUnit.Count, result.segments_written)
-        metrics.add_metric("SegmentsAdopted", MetricUnit.Count, result.segments_adopted)
+        metrics.add_metric(C.METRIC_RECORDS_INGESTED, MetricUnit.Count, result.committed)
+        metrics.add_metric(C.METRIC_RECORDS_REDELIVERED, MetricUnit.Count, result.redelivered)
+        metrics.add_metric(C.METRIC_SEGMENTS_WRITTEN, MetricUnit.Count, result.segments_written)
+        metrics.add_metric(C.METRIC_SEGMENTS_ADOPTED, MetricUnit.Count, result.segments_adopted)
         logger.info(
             "batch committed",
             first_seq=result.first_seq,

@@ -46,7 +46,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if _sync is None:
         _sync = create_sync()
     result = _sync.sync()
-    metrics.add_metric("PartitionsClosed", MetricUnit.Count, len(result.closed))
-    metrics.add_metric("PartitionsEnded", MetricUnit.Count, len(result.ended))
+    metrics.add_metric(C.METRIC_PARTITIONS_CLOSED, MetricUnit.Count, len(result.closed))
+    metrics.add_metric(C.METRIC_PARTITIONS_ENDED, MetricUnit.Count, len(result.ended))
     logger.info("shard sync done", **result.__dict__)
     return {"shards": result.shards, "created": result.created, "ended": result.ended}

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
+from botocore.exceptions import ClientError
 
 from shardlog import constants as C
 from shardlog.config import ShardlogConfig
@@ -257,7 +258,7 @@ def _ingest_lag(clients: Any, stream: str, partition: Any, lease: Any) -> int | 
                 break
             iterator = page.get("NextShardIterator")
         return count
-    except Exception:  # the stream may be gone or the shard trimmed: lag unknown
+    except ClientError:  # the stream may be gone or the shard trimmed: lag unknown
         return None
 
 

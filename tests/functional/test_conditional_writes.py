@@ -30,7 +30,12 @@ def test_if_none_match_create_has_exactly_one_winner(aws: AwsEnv) -> None:
         winners: list[int] = []
         barrier = threading.Barrier(4)
 
-        def create(worker: int, key: str = key) -> None:
+        def create(
+            worker: int,
+            key: str = key,
+            barrier: threading.Barrier = barrier,
+            winners: list[int] = winners,
+        ) -> None:
             clients = aws.fresh_clients()
             barrier.wait(timeout=30)
             try:
