@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,24 +133,31 @@ class LogWriter:
         pending = _after(records, checkpoint)
         batch = PreparedBatch(partition, lease, head, head, checkpoint, len(records))
         batch.redelivered = len(records) - len(pending)
-        while pending:
-            chunk = plan_segments(
-                pending, self.settings.segment_max_records, self.settings.segment_max_bytes
-            )[0]
+        planned = deque(self._plan(pending))
+        while planned:
+            chunk = planned.popleft()
             body = encode_segment(partition_id, batch.new_head, chunk, self.clock.now_ms())
             if self._create(segment_key(partition_id, batch.new_head), body):
-                covered, last = len(chunk), chunk[-1].kinesis_sequence_number
                 batch.written += 1
                 batch.added_bytes += len(body)
-            else:
-                leftover = self._adoptable(partition_id, batch.new_head, pending)
-                covered = len(leftover.records)
-                last = leftover.records[-1].kinesis_sequence_number
-                batch.adopted += 1
-            batch.new_head += covered
-            batch.checkpoint = last
-            pending = _after(pending, last)
+                batch.new_head += len(chunk)
+                batch.checkpoint = chunk[-1].kinesis_sequence_number
+                continue
+            ahead = [*chunk, *(r for later in planned for r in later)]
+            leftover = self._adoptable(partition_id, batch.new_head, ahead)
+            batch.adopted += 1
+            batch.new_head += len(leftover.records)
+            batch.checkpoint = leftover.records[-1].kinesis_sequence_number
+            # The leftover's boundary need not match ours: plan what remains afresh.
+            planned = deque(self._plan(_after(ahead, batch.checkpoint)))
         return batch
+
+    def _plan(self, records: Sequence[IncomingRecord]) -> list[Sequence[IncomingRecord]]:
+        if not records:
+            return []
+        return plan_segments(
+            records, self.settings.segment_max_records, self.settings.segment_max_bytes
+        )
 
     def commit(self, batch: PreparedBatch) -> AppendResult:
         """Steps 4-5: head and checkpoint in one fenced transaction, then report."""
