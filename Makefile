@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS := local,dev,cdk
+EXTRAS := local,dev,cdk,spark
 
 .PHONY: install demo test lint format bench clean
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/shardlog demo
+	$(BIN)/shardlog demo --spark
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -27,11 +27,14 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: lint cdk-cli
+test: lint cdk-cli kclpy
 	$(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/api.py
+	$(BIN)/python bench/consume.py
+	$(BIN)/python bench/compact.py
 
 clean:
 	rm -rf $(VENV) .shardlog .pytest_cache .mypy_cache .ruff_cache cdk.out node_modules
@@ -42,4 +45,34 @@ cdk-cli: node_modules/.installed
 
 node_modules/.installed: package-lock.json
 	npm ci --no-audit --no-fund
+	touch $@
+
+# What EMR Serverless runs the Spark jobs with (spark.archives): shardlog's sources plus
+# pyarrow, pandas, numpy and boto3 wheels for EMR's Python 3.11 on x86_64 (pip, no Docker).
+# `cdk deploy` uploads it when present; synth works without it (and warns).
+.PHONY: spark-archive bench-compact
+spark-archive: $(STAMP)
+	$(BIN)/python -m shardlog.spark.archive build/spark/spark_jobs_deps.tar.gz
+
+bench-compact: $(STAMP)
+	$(BIN)/python bench/compact.py
+
+# amazon_kclpy, for the tests that run unchanged KCL multi-language record processors under
+# `shardlog consume`. Its setup.py downloads KCL's Java jars from Maven when installed, which
+# shardlog does not need: only its pure-Python package (stdlib only) is extracted from the
+# pinned sdist into the venv. PyPI is used here, at install time; never at test time.
+KCLPY_VERSION := 3.2.0
+KCLPY_STAMP := $(VENV)/.kclpy-$(KCLPY_VERSION)
+KCLPY_SDIST := $(VENV)/kclpy-sdist
+KCLPY_SITE = $(shell $(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+.PHONY: kclpy
+kclpy: $(KCLPY_STAMP)
+
+$(KCLPY_STAMP): $(STAMP)
+	rm -rf $(KCLPY_SDIST) "$(KCLPY_SITE)/amazon_kclpy"
+	$(BIN)/pip download --quiet --no-deps --no-binary :all: --dest $(KCLPY_SDIST) \
+		amazon_kclpy==$(KCLPY_VERSION)
+	tar -xzf $(KCLPY_SDIST)/amazon_kclpy-$(KCLPY_VERSION).tar.gz -C "$(KCLPY_SITE)" \
+		--strip-components=1 amazon_kclpy-$(KCLPY_VERSION)/amazon_kclpy
+	$(BIN)/python -c 'import amazon_kclpy.kcl, amazon_kclpy.v2.processor, amazon_kclpy.v3.processor'
 	touch $@

@@ -1,44 +1,93 @@
-"""Analytics: the EMR Serverless Spark application, its job execution role, and the
-spark_jobs/ scripts deployed to an artifacts bucket.
+"""Analytics: the EMR Serverless Spark application, its job execution role, the spark_jobs/
+scripts and their dependency archive in an artifacts bucket, and the scheduled trigger.
 
-The trigger that starts runs (issue 6) plugs in through `grant_start_job_run` and
-`job_script_uri`; nothing here starts a job.
+One EventBridge Scheduler schedule per job invokes the trigger Lambda (lambdas/spark_trigger)
+with the job and the schedule time; the Lambda starts a run only when none of that job is
+active, with a clientToken derived from the schedule time (docs/SPARK.md).
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import Annotations, Aws, Duration, RemovalPolicy, Size, Stack
 from aws_cdk import aws_emrserverless as emrs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
-from constructs import Construct
+from aws_cdk import aws_scheduler as scheduler
+from constructs import Construct, Node
 
 from infra import constants as IC
-from infra.assets import REPO_ROOT
+from infra.assets import REPO_ROOT, lambda_code
+from infra.functions import FunctionSpec, ShardlogFunction
 from infra.nag import acknowledge_job_run_grant
+from infra.settings import SettingsError, StackSettings
+from infra.settings import _int as context_int
 from infra.storage import Storage
 from shardlog import constants as C
+from shardlog.spark.jobs import ANALYTICS, COMPACT
 
 SPARK_JOBS_DIR = REPO_ROOT / "spark_jobs"
 EMR_SERVICE_PRINCIPAL = "emr-serverless.amazonaws.com"
 # Only sources a job run loads: no tests, caches or notebooks.
 JOB_SCRIPT_EXCLUDES = ["**/__pycache__/**", "**/*.pyc", "tests/**", "**/.ipynb_checkpoints/**"]
-# The jobs read the committed log, then write their own prefixes. Spark's overwrite of a
-# deterministic output path deletes the files it replaces, hence DeleteObject there only.
-OUTPUT_OBJECT_ACTIONS = ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
-# Partitions: read nextSequenceNumber (what is committed). Consumers: the compaction
-# watermark is a consumer-group item advanced with a conditional write.
-JOB_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"]
-JOB_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
+# The jobs read the committed log, then write their own prefixes. A retry overwrites a file
+# with a PUT at the same deterministic key: nothing is ever deleted, so no DeleteObject.
+OUTPUT_OBJECT_ACTIONS = ["s3:GetObject", "s3:PutObject"]
+# Partitions: list them and read nextSequenceNumber (what is committed; a table of one item
+# per shard, so a Scan). Consumers: the compaction watermark is a consumer-group item advanced
+# with a conditional UpdateItem; analytics reads the group's items with a Query.
+JOB_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
+JOB_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"]
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
+SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
+# EventBridge Scheduler puts the invocation's schedule time here (a context attribute).
+SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
 
 
 def has_job_scripts(directory: Path) -> bool:
     return directory.is_dir() and any(directory.rglob("*.py"))
+
+
+def rate_expression(minutes: int) -> str:
+    return f"rate({minutes} minute{'s' if minutes != 1 else ''})"
+
+
+@dataclass(frozen=True)
+class AnalyticsSettings:
+    """The schedule of the Spark runs and the archive to ship, from CDK context."""
+
+    compaction_rate_minutes: int = IC.DEFAULT_COMPACTION_RATE_MINUTES
+    analytics_rate_minutes: int = IC.DEFAULT_ANALYTICS_RATE_MINUTES
+    compaction_max_records: int = C.DEFAULT_COMPACTION_MAX_RECORDS
+    spark_archive: Path = REPO_ROOT / IC.DEFAULT_SPARK_ARCHIVE
+
+    @classmethod
+    def from_context(cls, node: Node) -> AnalyticsSettings:
+        archive = node.try_get_context(IC.CTX_SPARK_ARCHIVE) or IC.DEFAULT_SPARK_ARCHIVE
+        if not str(archive).endswith((".tar.gz", ".tgz", ".zip")):
+            raise SettingsError(f"context {IC.CTX_SPARK_ARCHIVE}={archive!r} is not an archive")
+        return cls(
+            compaction_rate_minutes=context_int(
+                node, IC.CTX_COMPACTION_RATE_MINUTES, IC.DEFAULT_COMPACTION_RATE_MINUTES, 5, 1440
+            ),
+            analytics_rate_minutes=context_int(
+                node, IC.CTX_ANALYTICS_RATE_MINUTES, IC.DEFAULT_ANALYTICS_RATE_MINUTES, 5, 10080
+            ),
+            compaction_max_records=context_int(
+                node,
+                IC.CTX_COMPACTION_MAX_RECORDS,
+                C.DEFAULT_COMPACTION_MAX_RECORDS,
+                1_000,
+                1_000_000_000,
+            ),
+            spark_archive=REPO_ROOT / str(archive),  # an absolute path stays itself
+        )
 
 
 class Analytics(Construct):
@@ -49,10 +98,14 @@ class Analytics(Construct):
         *,
         storage: Storage,
         job_scripts_dir: Path = SPARK_JOBS_DIR,
+        code: lambda_.Code | None = None,
+        settings: StackSettings | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.storage = storage
         self.job_scripts_dir = job_scripts_dir
+        self.stack_settings = settings or StackSettings()
+        self.settings = AnalyticsSettings.from_context(self.node)
         self.artifacts_key = kms.Key(
             self,
             "ArtifactsKey",
@@ -64,10 +117,23 @@ class Analytics(Construct):
         self.application = self._application()
         self.execution_role = self._execution_role()
         self.job_scripts = self._deploy_job_scripts()
+        self.deps_archive = self._deploy_deps_archive()
+        self.trigger = self._trigger_function(code or lambda_code())
+        self.grant_start_job_run(self.trigger.role)
+        self.scheduler_role, self.schedules = self._schedules()
 
     @property
     def application_arn(self) -> str:
         return self.application.attr_arn
+
+    @property
+    def deps_archive_uri(self) -> str | None:
+        """Where the archive of `make spark-archive` is deployed (None: not built at synth)."""
+        if self.deps_archive is None:
+            return None
+        return self.artifacts_bucket.s3_url_for_object(
+            f"{IC.SPARK_DEPS_PREFIX}{self.settings.spark_archive.name}"
+        )
 
     def job_script_uri(self, relative_path: str) -> str:
         """The S3 URI of a file of spark_jobs/ once deployed (the job run's entryPoint)."""
@@ -187,7 +253,10 @@ class Analytics(Construct):
             ),
             iam.PolicyStatement(
                 actions=["s3:GetObject"],
-                resources=[self.artifacts_bucket.arn_for_objects(f"{IC.JOB_SCRIPTS_PREFIX}*")],
+                resources=[
+                    self.artifacts_bucket.arn_for_objects(f"{IC.JOB_SCRIPTS_PREFIX}*"),
+                    self.artifacts_bucket.arn_for_objects(f"{IC.SPARK_DEPS_PREFIX}*"),
+                ],
             ),
             iam.PolicyStatement(
                 actions=["s3:PutObject"],
@@ -223,3 +292,94 @@ class Analytics(Construct):
             prune=True,
             retain_on_delete=False,
         )
+
+    def _deploy_deps_archive(self) -> s3deploy.BucketDeployment | None:
+        # The archive carries third-party wheels, so it is built by `make spark-archive` (pip,
+        # network) rather than at synth, which stays offline. Without it synth still works and
+        # says so; the trigger then refuses to start runs (its settings require the archive).
+        archive = self.settings.spark_archive
+        if not archive.is_file():
+            Annotations.of(self).add_warning_v2(
+                "shardlog:sparkArchiveMissing",
+                f"{archive} does not exist: run `make spark-archive` before `cdk deploy`, or "
+                "the scheduled Spark runs cannot start.",
+            )
+            return None
+        return s3deploy.BucketDeployment(
+            self,
+            "SparkDeps",
+            sources=[s3deploy.Source.asset(str(archive.parent), exclude=["*.partial"])],
+            destination_bucket=self.artifacts_bucket,
+            destination_key_prefix=IC.SPARK_DEPS_PREFIX,
+            prune=True,
+            retain_on_delete=False,
+            # ~90 MB of wheels: room to unzip and copy it.
+            memory_limit=1024,
+            ephemeral_storage_size=Size.gibibytes(2),
+        )
+
+    def _trigger_function(self, code: lambda_.Code) -> ShardlogFunction:
+        storage = self.storage
+        spec = FunctionSpec(
+            handler=IC.SPARK_TRIGGER_HANDLER,
+            description="Starts the scheduled Spark runs on EMR Serverless, never overlapping",
+            timeout_s=IC.SPARK_TRIGGER_TIMEOUT_S,
+            environment={
+                C.ENV_EMR_APPLICATION_ID: self.application.attr_application_id,
+                C.ENV_EMR_EXECUTION_ROLE_ARN: self.execution_role.role_arn,
+                C.ENV_SPARK_JOBS_URI: self.job_script_uri(""),
+                C.ENV_SPARK_DEPS_URI: self.deps_archive_uri or "",
+                C.ENV_BUCKET_NAME: storage.bucket.bucket_name,
+                C.ENV_PARTITIONS_TABLE: storage.partitions_table.table_name,
+                C.ENV_CONSUMERS_TABLE: storage.consumers_table.table_name,
+                C.ENV_COMPACTION_MAX_RECORDS: str(self.settings.compaction_max_records),
+            },
+        )
+        return ShardlogFunction(
+            self,
+            "SparkTrigger",
+            spec=spec,
+            code=code,
+            log_retention_days=self.stack_settings.log_retention_days,
+        )
+
+    def _schedules(self) -> tuple[iam.Role, dict[str, scheduler.CfnSchedule]]:
+        role = iam.Role(
+            self,
+            "SchedulerRole",
+            description="shardlog: EventBridge Scheduler invokes the Spark trigger",
+            assumed_by=iam.ServicePrincipal(
+                SCHEDULER_PRINCIPAL,
+                conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
+            ),
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"], resources=[self.trigger.function.function_arn]
+            )
+        )
+        rates = {
+            COMPACT: self.settings.compaction_rate_minutes,
+            ANALYTICS: self.settings.analytics_rate_minutes,
+        }
+        schedules = {
+            job: scheduler.CfnSchedule(
+                self,
+                f"{job.title()}Schedule",
+                description=f"shardlog: start the Spark {job} job",
+                schedule_expression=rate_expression(minutes),
+                flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
+                target=scheduler.CfnSchedule.TargetProperty(
+                    arn=self.trigger.function.function_arn,
+                    role_arn=role.role_arn,
+                    input=json.dumps({"job": job, "scheduledTime": SCHEDULED_TIME}),
+                    # A retry carries the same schedule time, hence the same clientToken.
+                    retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
+                        maximum_event_age_in_seconds=60 * minutes,
+                        maximum_retry_attempts=10,
+                    ),
+                ),
+            )
+            for job, minutes in rates.items()
+        }
+        return role, schedules

@@ -91,16 +91,27 @@ DIMENSION_CONSUMER_GROUP: Final = "consumerGroup"
 # emr-7.9.0 ships Spark 3.5.5 (EMR Serverless release notes); local pyspark is pinned to 3.5.x,
 # so jobs run on the same Spark minor in both places. Stay below emr-7.10: from 7.10 on, the
 # AWS/EMRServerless metrics keyed by ApplicationId alone (the dashboard and alarm) stop updating.
-EMR_RELEASE_LABEL: Final = "emr-7.9.0"
+EMR_RELEASE_LABEL: Final = C.EMR_RELEASE_LABEL  # the local EMR Serverless uses it too
 EMR_SPARK_MINOR: Final = "3.5"
 EMR_IDLE_TIMEOUT_MINUTES: Final = 15
 EMR_MAX_CPU: Final = "16 vCPU"
 EMR_MAX_MEMORY: Final = "64 GB"
 EMR_MAX_DISK: Final = "320 GB"
+# The scheduled Spark runs (infra/analytics.py): one EventBridge Scheduler schedule per job.
+CTX_COMPACTION_RATE_MINUTES: Final = "shardlog:compactionRateMinutes"
+CTX_ANALYTICS_RATE_MINUTES: Final = "shardlog:analyticsRateMinutes"
+CTX_COMPACTION_MAX_RECORDS: Final = "shardlog:compactionMaxRecords"
+CTX_SPARK_ARCHIVE: Final = "shardlog:sparkArchive"  # path of `make spark-archive`'s output
+DEFAULT_COMPACTION_RATE_MINUTES: Final = 60
+DEFAULT_ANALYTICS_RATE_MINUTES: Final = 360
+DEFAULT_SPARK_ARCHIVE: Final = "build/spark/spark_jobs_deps.tar.gz"
+SPARK_TRIGGER_HANDLER: Final = "lambdas.spark_trigger.handler.handler"
+SPARK_TRIGGER_TIMEOUT_S: Final = 30
 
 # --- S3 prefixes -----------------------------------------------------------------------------
-COMPACTED_PREFIX: Final = "compacted/"
-ANALYTICS_PREFIX: Final = "analytics/"
+COMPACTED_PREFIX: Final = C.COMPACTED_PREFIX
+ANALYTICS_PREFIX: Final = C.ANALYTICS_PREFIX
 JOB_SCRIPTS_PREFIX: Final = "spark_jobs/"
+SPARK_DEPS_PREFIX: Final = "spark_deps/"  # the archive of make spark-archive, beside the scripts
 EMR_LOGS_PREFIX: Final = "emr-logs/"
 ACCESS_LOGS_PREFIX: Final = "s3-access/"

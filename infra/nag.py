@@ -75,7 +75,7 @@ def acknowledge(stack: ShardlogStack) -> None:
         stack.producer_api,
         stack.analytics,
     )
-    for fn in (ingest.ingest, ingest.shard_sync, api.producer):
+    for fn in (ingest.ingest, ingest.shard_sync, api.producer, analytics.trigger):
         _lambda_function(fn)
 
     _suppress(
@@ -128,13 +128,14 @@ def acknowledge(stack: ShardlogStack) -> None:
         analytics.execution_role,
         "AwsSolutions-IAM5",
         "Spark jobs read every committed segment under events/ and write deterministic file "
-        "names under compacted/ and analytics/; they load scripts from spark_jobs/ and write "
-        "logs to emr-logs/ of the artifacts bucket. Each grant is scoped to its prefix, with "
-        "named actions only.",
+        "names under compacted/ and analytics/; they load scripts from spark_jobs/ and their "
+        "dependency archive from spark_deps/ and write logs to emr-logs/ of the artifacts "
+        "bucket. Each grant is scoped to its prefix, with named actions only.",
         _objects(storage.bucket, C.EVENTS_PREFIX),
         _objects(storage.bucket, IC.COMPACTED_PREFIX),
         _objects(storage.bucket, IC.ANALYTICS_PREFIX),
         _objects(analytics.artifacts_bucket, IC.JOB_SCRIPTS_PREFIX),
+        _objects(analytics.artifacts_bucket, IC.SPARK_DEPS_PREFIX),
         _objects(analytics.artifacts_bucket, IC.EMR_LOGS_PREFIX),
     )
 

@@ -60,7 +60,7 @@ RECORDS_REQUEST_SCHEMA = apigw.JsonSchema(
                     ),
                     "explicitHashKey": apigw.JsonSchema(
                         type=apigw.JsonSchemaType.STRING,
-                        pattern="^[0-9]{1,39}$",
+                        pattern=C.EXPLICIT_HASH_KEY_PATTERN,
                     ),
                 },
             ),

@@ -42,7 +42,12 @@ class ShardlogStack(Stack):
             self, "ProducerApi", storage=self.storage, settings=self.settings, code=code
         )
         self.analytics = Analytics(
-            self, "Analytics", storage=self.storage, job_scripts_dir=job_scripts_dir
+            self,
+            "Analytics",
+            storage=self.storage,
+            job_scripts_dir=job_scripts_dir,
+            code=code,
+            settings=self.settings,
         )
         self.monitoring = Monitoring(
             self,

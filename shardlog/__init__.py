@@ -1,5 +1,6 @@
 """shardlog: an exactly-once event log on S3 + DynamoDB, fed by Kinesis."""
 
+from shardlog.api_client import ApiClient
 from shardlog.config import ShardlogConfig
 from shardlog.exceptions import (
     CorruptLogError,
@@ -17,6 +18,7 @@ from shardlog.reader import LogReader
 __version__ = "0.1.0"
 
 __all__ = [
+    "ApiClient",
     "CorruptLogError",
     "LeaseHeldError",
     "LeaseLostError",

@@ -75,6 +75,22 @@ ATTR_CHECKPOINT_SUBSEQ: Final = "checkpointSubSequenceNumber"
 SHARD_END: Final = "SHARD_END"
 # The ingest Lambda's own group; "$" cannot start a user group name.
 INGEST_GROUP: Final = "$ingest"
+# The Spark compaction's watermark group (checkpoint = next seq to compact).
+COMPACTION_GROUP: Final = "$compaction"
+# The end (exclusive) of the batch a compaction run is writing; absent when none is.
+ATTR_PENDING_CHECKPOINT: Final = "pendingCheckpoint"
+
+# --- Spark jobs on EMR Serverless (docs/SPARK.md) ----------------------------------
+ENV_EMR_APPLICATION_ID: Final = "SHARDLOG_EMR_APPLICATION_ID"
+ENV_EMR_EXECUTION_ROLE_ARN: Final = "SHARDLOG_EMR_EXECUTION_ROLE_ARN"
+ENV_SPARK_JOBS_URI: Final = "SHARDLOG_SPARK_JOBS_URI"  # s3://<artifacts>/spark_jobs/
+ENV_SPARK_DEPS_URI: Final = "SHARDLOG_SPARK_DEPS_URI"  # the archive built by make
+ENV_COMPACTION_MAX_RECORDS: Final = "SHARDLOG_COMPACTION_MAX_RECORDS"
+# emr-7.9.0 ships Spark 3.5.5; the local pyspark is pinned to the same minor (pyproject).
+EMR_RELEASE_LABEL: Final = "emr-7.9.0"
+COMPACTED_PREFIX: Final = "compacted/"
+ANALYTICS_PREFIX: Final = "analytics/"
+DEFAULT_COMPACTION_MAX_RECORDS: Final = 1_000_000  # per partition per run
 
 # --- limits ------------------------------------------------------------------------
 MIB: Final = 1024 * 1024
@@ -83,6 +99,8 @@ KINESIS_MAX_BYTES_PER_PUT: Final = 5 * MIB
 KINESIS_MAX_RECORD_BYTES: Final = 1 * MIB  # data + UTF-8 partition key
 PARTITION_KEY_MAX_CHARS: Final = 256
 MAX_HASH_KEY: Final = 2**128 - 1
+# Kinesis's own pattern for ExplicitHashKey: no sign, no leading zeros, at most 39 digits.
+EXPLICIT_HASH_KEY_PATTERN: Final = r"^(0|[1-9][0-9]{0,38})$"
 KINESIS_SEQUENCE_MAX_DIGITS: Final = 128
 
 DEFAULT_LEASE_DURATION_MS: Final = 60_000

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardlog import constants as C
+from shardlog.api_client import ApiClient, ApiRecordError
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
 from shardlog.producer import Producer, ProducerRecord
@@ -28,6 +29,8 @@ class DemoReport:
     ingest_requests: int
     elapsed_s: float
     violations: list[str]
+    via_api: int = 0  # records put through the producer HTTP API (the rest: the SDK)
+    analytics: dict[str, Any] | None = None  # the Spark analytics summary (demo --spark)
 
     @property
     def ok(self) -> bool:
@@ -53,6 +56,8 @@ class DemoReport:
             "elapsedSeconds": round(self.elapsed_s, 2),
             "recordsPerSecond": round(self.records_per_s, 1),
             "violations": self.violations,
+            "recordsViaApi": self.via_api,
+            "analytics": self.analytics,
         }
 
 
@@ -111,6 +116,7 @@ def run_demo(
     timeout_s: float = 300.0,
     progress: Callable[[int], None] | None = None,
     log: Callable[[str], None] = lambda _msg: None,
+    spark: bool = False,
 ) -> DemoReport:
     started = time.monotonic()
     plan = demo_records(records, keys)
@@ -126,13 +132,24 @@ def run_demo(
         log(f"embedded AWS at {runtime.config.endpoint_url}, {shards} shards")
         runtime.run_in_background()
         producer = Producer(runtime.config.stream_name, runtime.clients)
+        api = ApiClient(runtime.config.extra["apiUrl"])
+        api_failures: list[str] = []
         chunk = max(1, records // 20)
         reshard_at = {records // 3: "split", (2 * records) // 3: "merge"}
         for start in range(0, records, chunk):
             for point, step in reshard_at.items():
                 if start <= point < start + chunk:
                     log(reshard(runtime, step) + " while producing")
-            producer.put_records(plan[start : start + chunk], on_progress=progress)
+            # A key goes through one path only, so its order holds across both.
+            part = plan[start : start + chunk]
+            via_api = [r for r in part if _via_api(r.partition_key)]
+            producer.put_records(
+                [r for r in part if not _via_api(r.partition_key)], on_progress=progress
+            )
+            results = api.put_records(via_api)
+            api_failures += [str(r) for r in results if isinstance(r, ApiRecordError)]
+            if progress:
+                progress(len(via_api))
         caught_up = runtime.wait_until(lambda: runtime.committed_records() >= records, timeout_s)
         ended = runtime.wait_until(lambda: _closed_all_ended(runtime), 30)
         report = _verify(runtime, records, expected)
@@ -143,15 +160,32 @@ def run_demo(
             )
         if not ended:
             report.violations.append("closed partitions did not reach ENDED")
+        report.violations += [f"the API did not put a record: {f}" for f in api_failures[:20]]
+        analytics = None
+        elapsed_s = time.monotonic() - started  # the Spark jobs are timed apart (log)
+        if spark:  # compaction, then analytics: StartJobRun on the embedded EMR Serverless
+            from shardlog.local.spark import run_jobs_and_verify
+
+            analytics, spark_violations = run_jobs_and_verify(
+                runtime.clients, runtime.config, log=log
+            )
+            report.violations += spark_violations
         return DemoReport(
             records=records,
             keys=keys,
             segments=report.segments,
             partitions=report.partitions,
             ingest_requests=runtime.ingest_requests.total,
-            elapsed_s=time.monotonic() - started,
+            elapsed_s=elapsed_s,
             violations=report.violations,
+            via_api=sum(_via_api(r.partition_key) for r in plan),
+            analytics=analytics,
         )
+
+
+def _via_api(partition_key: str) -> bool:
+    """Keys key-00000, key-00004, ...: a quarter of the keys go through the HTTP API."""
+    return int(partition_key.rsplit("-", 1)[1]) % 4 == 0
 
 
 def _closed_all_ended(runtime: LocalRuntime) -> bool:

@@ -8,11 +8,14 @@ record to the open shard whose HashKeyRange holds it, both ends inclusive.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shardlog import constants as C
 from shardlog.exceptions import ValidationError
+
+_EXPLICIT_HASH_KEY = re.compile(C.EXPLICIT_HASH_KEY_PATTERN)
 
 
 def hash_key(partition_key: str, explicit_hash_key: str | None = None) -> int:
@@ -22,9 +25,11 @@ def hash_key(partition_key: str, explicit_hash_key: str | None = None) -> int:
 
 
 def parse_explicit_hash_key(value: Any) -> int:
-    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+    if not isinstance(value, str) or not _EXPLICIT_HASH_KEY.fullmatch(value):
         raise ValidationError(
-            "explicitHashKey", "must be a decimal integer string", limit=f"0..{C.MAX_HASH_KEY}"
+            "explicitHashKey",
+            "must be a decimal integer string without sign or leading zeros",
+            limit=f"0..{C.MAX_HASH_KEY}",
         )
     number = int(value)
     if number > C.MAX_HASH_KEY:

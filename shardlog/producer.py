@@ -56,6 +56,12 @@ def validate_record(
             f"must be 1 to {C.PARTITION_KEY_MAX_CHARS} characters, got {len(partition_key)}",
             limit=C.PARTITION_KEY_MAX_CHARS,
         )
+    try:
+        partition_key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(
+            f"{where}partitionKey", "must be valid Unicode (no lone surrogates)", limit="UTF-8"
+        ) from None
     if isinstance(data, str):
         data = data.encode("utf-8")
     if not isinstance(data, bytes | bytearray | memoryview):
@@ -82,7 +88,8 @@ class _Pending:
     index: int
     record: ProducerRecord
     attempts: int = 0
-    error: str = ""
+    error_code: str = ""
+    error_message: str = ""
 
 
 class Producer:
@@ -153,11 +160,13 @@ class Producer:
                 exhausted = [p for p in failed if p.attempts >= self.max_attempts]
                 if exhausted:
                     unsent = [p.record for p in sorted([*failed, *queue], key=lambda p: p.index)]
+                    last = exhausted[0]
                     error = ProducerError(
                         f"{len(unsent)} record(s) not put after {self.max_attempts} attempts: "
-                        f"key {exhausted[0].record.partition_key!r} failed last with "
-                        f"{exhausted[0].error}",
+                        f"key {last.record.partition_key!r} failed last with "
+                        f"{last.error_code}: {last.error_message}",
                         unsent,
+                        aws_error_code=last.error_code,
                     )
                     error.results = results  # what did go in, by input index (None: unsent)
                     raise error
@@ -220,7 +229,8 @@ class Producer:
         failed = []
         for item, outcome in zip(batch, response["Records"], strict=True):
             if "ErrorCode" in outcome:
-                item.error = f"{outcome['ErrorCode']}: {outcome.get('ErrorMessage', '')}"
+                item.error_code = outcome["ErrorCode"]
+                item.error_message = outcome.get("ErrorMessage", "")
                 failed.append(item)
             else:
                 results[item.index] = PutResult(outcome["ShardId"], outcome["SequenceNumber"])

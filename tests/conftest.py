@@ -44,15 +44,21 @@ def endpoint_url() -> Iterator[str]:
     aws.stop()
 
 
-def make_env(endpoint_url: str, shard_count: int = 2) -> AwsEnv:
+def unique_config(endpoint_url: str | None = None) -> ShardlogConfig:
+    """Resource names no other test uses: moto's state is global to the process, so two
+    embedded servers in one test run share it."""
     suffix = uuid.uuid4().hex[:10]
-    config = ShardlogConfig(
+    return ShardlogConfig(
         stream_name=f"stream-{suffix}",
         bucket=f"shardlog-test-{suffix}",
         partitions_table=f"partitions-{suffix}",
         consumers_table=f"consumers-{suffix}",
         endpoint_url=endpoint_url,
     )
+
+
+def make_env(endpoint_url: str, shard_count: int = 2) -> AwsEnv:
+    config = unique_config(endpoint_url)
     clients = config.clients()
     provision(clients, config, shard_count)
     return AwsEnv(config, clients, RequestCounter().attach(clients))

@@ -65,6 +65,9 @@ def create_handler(
     @tracer.capture_lambda_handler(capture_response=False)
     @logger.inject_lambda_context(clear_state=True)
     def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        # With POWERTOOLS_METRICS_DISABLED (the local runtime) nothing flushes the
+        # metric set, so it would grow across invocations: start each one empty.
+        metrics.clear_metrics()
         shard_id, records = to_incoming(KinesisStreamEvent(event))
         if not records:
             return {"batchItemFailures": []}

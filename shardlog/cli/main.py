@@ -15,9 +15,10 @@ import click
 from botocore.exceptions import ClientError
 
 from shardlog import constants as C
+from shardlog.cli.consume import consume, echo_group_status
 from shardlog.config import ShardlogConfig
 from shardlog.exceptions import ShardlogError, ValidationError
-from shardlog.producer import Producer, iter_json_records, validate_record
+from shardlog.producer import Producer, PutResult, iter_json_records, validate_record
 from shardlog.reader import LogReader
 from shardlog.shardsync import ShardSync
 from shardlog.tables import Tables
@@ -77,7 +78,12 @@ def cli(
     help="Records per S3 object at most (1 = one object per record, Safya's layout).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def demo(records: int, keys: int, shards: int, segment_max_records: int, as_json: bool) -> None:
+@click.option(
+    "--spark", is_flag=True, help="Then compact and analyse the log with Spark (local EMR)."
+)
+def demo(
+    records: int, keys: int, shards: int, segment_max_records: int, as_json: bool, spark: bool
+) -> None:
     """Run the system on the embedded AWS: produce across a split and a merge, ingest, verify."""
     from shardlog.demo import run_demo
 
@@ -92,6 +98,7 @@ def demo(records: int, keys: int, shards: int, segment_max_records: int, as_json
             segment_max_records=segment_max_records,
             progress=bar.update,
             log=log,
+            spark=spark,
         )
     summary = (
         f"{'OK' if report.ok else 'FAILED'}: {report.records} records over {report.keys} keys "
@@ -99,8 +106,15 @@ def demo(records: int, keys: int, shards: int, segment_max_records: int, as_json
         f"  exactly once, per-key order across the reshard, dense seqs: "
         f"{'verified' if report.ok else 'VIOLATED'}\n"
         f"  ingest AWS requests per 1,000 records: {report.requests_per_1000:.2f}\n"
+        f"  through the producer HTTP API: {report.via_api} records (the rest: the SDK)\n"
         f"  elapsed {report.elapsed_s:.1f}s, {report.records_per_s:.0f} records/s"
     )
+    if report.analytics:
+        summary += (
+            f"\n  Spark compaction: {report.analytics['records']} Parquet rows, "
+            f"{report.analytics['duplicateRows']} duplicates: "
+            f"{'exactly the log' if report.ok else 'VIOLATED'} (analytics above)"
+        )
     for violation in report.violations[:20]:
         summary += f"\n  violation: {violation}"
     _emit(as_json, report.as_dict(), summary)
@@ -117,14 +131,23 @@ def local() -> None:
 @click.option("--port", default=4566, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--shards", default=4, show_default=True, type=click.IntRange(1, 64))
 @click.option(
+    "--api-port",
+    default=4567,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port of the producer HTTP API on 127.0.0.1 (0: any free port).",
+)
+@click.option(
     "--max-seconds",
     type=click.FloatRange(min=0),
     default=None,
     help="Stop by itself after this long (default: until interrupted).",
 )
 @click.pass_context
-def local_up(ctx: click.Context, port: int, shards: int, max_seconds: float | None) -> None:
-    """Start the embedded AWS on 127.0.0.1 and ingest until interrupted."""
+def local_up(
+    ctx: click.Context, port: int, shards: int, api_port: int, max_seconds: float | None
+) -> None:
+    """Start the embedded AWS and the producer HTTP API on 127.0.0.1; ingest until interrupted."""
     from shardlog.local.runtime import LocalRuntime
 
     state_file = ctx.find_root().params["state_file"]
@@ -140,12 +163,14 @@ def local_up(ctx: click.Context, port: int, shards: int, max_seconds: float | No
         port=port,
         shard_count=shards,
         state_file=state_file,
+        api_port=api_port,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with runtime:
         runtime.run_in_background()
         click.echo(f"embedded AWS at {runtime.config.endpoint_url}")
+        click.echo(f"producer API at {runtime.config.extra['apiUrl']} (Swagger UI: /docs)")
         click.echo(f"state written to {state_file}: " + json.dumps(runtime.config.to_json()))
         click.echo("ingesting; Ctrl-C to stop")
         with contextlib.suppress(KeyboardInterrupt):
@@ -164,6 +189,18 @@ def local_up(ctx: click.Context, port: int, shards: int, max_seconds: float | No
     help='JSON lines {"partitionKey", "data" | "dataBase64", "explicitHashKey"}; - for stdin.',
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON result per record.")
+@click.option(
+    "--via",
+    type=click.Choice(["sdk", "api"]),
+    default="sdk",
+    show_default=True,
+    help="sdk: PutRecords straight to Kinesis; api: POST /v1/records of the producer HTTP API.",
+)
+@click.option(
+    "--api-url",
+    help="The producer API (--via api); default: apiUrl in the state file. "
+    "Requests to a non-loopback URL are signed with SigV4 (your AWS credentials).",
+)
 @click.pass_context
 def produce(
     ctx: click.Context,
@@ -172,8 +209,13 @@ def produce(
     explicit_hash_key: str | None,
     path: Any,
     as_json: bool,
+    via: str,
+    api_url: str | None,
 ) -> None:
-    """Put records into the stream (validated, batched, retried, per-key order kept)."""
+    """Put records into the stream (validated, batched, retried, per-key order kept).
+
+    With --via api, records the API did not put are printed as failed and the exit code is 1.
+    """
     config = _config(ctx)
     try:
         if path is not None:
@@ -184,10 +226,27 @@ def produce(
             raise click.UsageError("give --key and --data, or --file")
     except ValidationError as exc:
         raise click.BadParameter(str(exc)) from None
-    producer = Producer(config.stream_name, config.clients())
-    with click.progressbar(length=len(records), label="producing", file=sys.stderr) as bar:
-        results = producer.put_records(records, on_progress=bar.update)
+    results: list[Any]
+    if via == "api":
+        results = _produce_via_api(config, api_url, records)
+    else:
+        producer = Producer(config.stream_name, config.clients())
+        with click.progressbar(length=len(records), label="producing", file=sys.stderr) as bar:
+            results = producer.put_records(records, on_progress=bar.update)
+    failed = 0
     for record, result in zip(records, results, strict=True):
+        if not isinstance(result, PutResult):
+            failed += 1
+            _emit(
+                as_json,
+                {
+                    "partitionKey": record.partition_key,
+                    "errorCode": result.error_code,
+                    "errorMessage": result.error_message,
+                },
+                f"{record.partition_key}\tFAILED\t{result.error_code}: {result.error_message}",
+            )
+            continue
         _emit(
             as_json,
             {
@@ -197,14 +256,29 @@ def produce(
             },
             f"{record.partition_key}\t{result.shard_id}\t{result.sequence_number}",
         )
+    if failed:
+        sys.exit(1)
+
+
+def _produce_via_api(config: ShardlogConfig, api_url: str | None, records: list[Any]) -> list[Any]:
+    from shardlog.api_client import ApiClient
+
+    url = api_url or config.extra.get("apiUrl")
+    if not url:
+        raise click.UsageError("--via api needs --api-url (or apiUrl in the state file)")
+    return ApiClient(url, region=config.region).put_records(records)
 
 
 @cli.command()
+@click.option("--group", help="A consumer group: per partition its owner, checkpoint and lag.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
+def status(ctx: click.Context, group: str | None, as_json: bool) -> None:
     """Per partition: state, next seq, ingest checkpoint, lease owner, lag (records behind)."""
     config = _config(ctx)
+    if group is not None:
+        echo_group_status(config, group, as_json)
+        return
     clients = config.clients()
     tables = Tables(clients, config.tables)
     leases = {lease.partition_id: lease for lease in tables.list_leases(C.INGEST_GROUP)}
@@ -314,3 +388,9 @@ def main() -> None:  # pragma: no cover - console entry
     except ShardlogError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+
+
+from shardlog.cli.spark import spark as _spark_group  # noqa: E402 - after cli exists
+
+cli.add_command(_spark_group)
+cli.add_command(consume)

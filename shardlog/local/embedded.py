@@ -16,7 +16,7 @@ from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.config import ShardlogConfig
 from shardlog.exceptions import aws_error_code
-from shardlog.local import conditional_writes, kinesis_fidelity
+from shardlog.local import conditional_writes, emr_serverless, kinesis_fidelity
 
 
 class EmbeddedAWS:
@@ -34,6 +34,7 @@ class EmbeddedAWS:
 
         kinesis_fidelity.apply()
         conditional_writes.apply()
+        emr_serverless.apply()  # job runs execute with a local spark-submit
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()

@@ -14,6 +14,7 @@ from shardlog.aws import Clients, RequestCounter
 from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.local.embedded import EmbeddedAWS, provision
+from shardlog.local.http_api import LocalApiServer
 from shardlog.local.poller import EventSourcePoller, EventSourceSettings
 from shardlog.shardsync import ShardSync
 from shardlog.tables import Tables
@@ -40,7 +41,10 @@ class LocalRuntime:
         lease_duration_ms: int = C.DEFAULT_LEASE_DURATION_MS,
         clock: Clock | None = None,
         state_file: str | Path | None = None,
+        api_port: int | None = 0,  # the producer HTTP API; 0 = a free port, None = none
     ) -> None:
+        self.api_port = api_port
+        self.api: LocalApiServer | None = None
         self.base_config = config or ShardlogConfig()
         self.aws = EmbeddedAWS(port=port)
         self.shard_count = shard_count
@@ -76,9 +80,20 @@ class LocalRuntime:
             start_after=self._ingest_checkpoint,
             on_shard_end=lambda _shard: self.shard_sync.sync(),
         )
+        if self.api_port is not None:
+            self.api = LocalApiServer(self._build_api_handler(), port=self.api_port)
+            api_url = self.api.start()
+            self.config = replace(self.config, extra={**self.config.extra, "apiUrl": api_url})
         if self.state_file is not None:
             self.config.write(self.state_file)
         return self
+
+    def _build_api_handler(self) -> Callable[[dict[str, Any], Any], Any]:
+        from lambdas.producer_api.handler import create_handler
+        from lambdas.producer_api.settings import ProducerApiSettings
+
+        settings = ProducerApiSettings(stream_name=self.config.stream_name)
+        return create_handler(settings, self.config.clients(), self.clock, serve_docs=True)
 
     def _build_handler(self) -> Callable[[dict[str, Any], Any], Any]:
         from lambdas.ingest.handler import create_handler
@@ -127,6 +142,9 @@ class LocalRuntime:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        if self.api is not None:
+            self.api.shutdown()
+            self.api = None
         self.aws.stop()
         if self.state_file is not None:
             Path(self.state_file).unlink(missing_ok=True)

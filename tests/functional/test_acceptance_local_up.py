@@ -54,7 +54,8 @@ def local_up(tmp_path: Path) -> Any:
     process = subprocess.Popen(
         [
             sys.executable, "-m", "shardlog", "--state-file", str(state),
-            "local", "up", "--port", str(_free_port()), "--shards", "3", "--max-seconds", "300",
+            "local", "up", "--port", str(_free_port()), "--api-port", "0", "--shards", "3",
+            "--max-seconds", "300",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -1,8 +1,11 @@
-"""Analytics: EMR Serverless on the pinned Spark minor, auto-stop, capped; scripts deployed."""
+"""Analytics: EMR Serverless on the pinned Spark minor, auto-stop, capped; scripts and the
+dependency archive deployed; one schedule per job invoking a least-privilege trigger."""
 
 from __future__ import annotations
 
+import json
 import re
+import tarfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -14,9 +17,11 @@ from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
 from infra import constants as IC
-from infra.analytics import Analytics
-from infra.settings import StackSettings
+from infra.analytics import Analytics, AnalyticsSettings
+from infra.settings import SettingsError, StackSettings
 from infra.storage import Storage
+from shardlog import constants as C
+from shardlog.spark import jobs
 from tests.infra.cdk_synth import REPO_ROOT, Synthesized, cdk_context, logical_id, synthesize
 from tests.infra.test_cdk_nag import unacknowledged_findings
 
@@ -88,9 +93,14 @@ def test_no_deployment_without_scripts(synth: Synthesized, tmp_path: Path) -> No
 
 @pytest.fixture(scope="module")
 def with_scripts(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    jobs = tmp_path_factory.mktemp("spark_jobs")
-    (jobs / "compact.py").write_text("def main(argv):\n    return 0\n")
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), job_scripts_dir=jobs)
+    scripts = tmp_path_factory.mktemp("spark_jobs")
+    (scripts / "compact.py").write_text("def main(argv):\n    return 0\n")
+    missing = tmp_path_factory.mktemp("no-archive") / jobs.ARCHIVE_NAME
+    return synthesize(
+        tmp_path_factory.mktemp("cdk.out"),
+        job_scripts_dir=scripts,
+        context=cdk_context(**{IC.CTX_SPARK_ARCHIVE: str(missing)}),
+    )
 
 
 def test_scripts_deploy_to_the_artifacts_prefix(with_scripts: Synthesized) -> None:
@@ -134,3 +144,208 @@ def test_scheduler_grant_is_scoped_and_acknowledged() -> None:
         assert "*" not in statement["Resource"]
     scheduler_findings = [f for f in unacknowledged_findings(stack) if "/Scheduler/" in f]
     assert scheduler_findings == []
+
+
+# --- the scheduled trigger and the dependency archive ----------------------------------------
+@pytest.fixture(scope="module")
+def with_archive(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The stack as `make spark-archive && cdk deploy` builds it (a stand-in archive)."""
+    archive = tmp_path_factory.mktemp("build") / jobs.ARCHIVE_NAME
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(REPO_ROOT / "shardlog" / "format.py", arcname="shardlog/format.py")
+    return synthesize(
+        tmp_path_factory.mktemp("cdk.out"),
+        context=cdk_context(**{IC.CTX_SPARK_ARCHIVE: str(archive)}),
+    )
+
+
+def _cfn_id(resource: Any) -> str:
+    return str(Stack.of(resource).resolve(resource.logical_id))
+
+
+def _policy_statements(synth: Synthesized, role: Any) -> list[dict[str, Any]]:
+    role_id = synth.logical_id(role)
+    return [
+        statement
+        for policy in synth.resources("AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def _trigger_env(synth: Synthesized) -> dict[str, Any]:
+    function = synth.resources("AWS::Lambda::Function")[
+        synth.logical_id(synth.stack.analytics.trigger.function)
+    ]
+    return dict(function["Properties"]["Environment"]["Variables"])
+
+
+def test_archive_deploys_beside_the_scripts_and_reaches_the_trigger(
+    with_archive: Synthesized,
+) -> None:
+    analytics = with_archive.stack.analytics
+    bucket_id = with_archive.logical_id(analytics.artifacts_bucket)
+    (deps,) = [
+        d["Properties"]
+        for d in with_archive.resources("Custom::CDKBucketDeployment").values()
+        if d["Properties"]["DestinationBucketKeyPrefix"] == IC.SPARK_DEPS_PREFIX
+    ]
+    assert deps["DestinationBucketName"] == {"Ref": bucket_id}
+    assert deps["Prune"] is True
+    env = _trigger_env(with_archive)
+    assert env[C.ENV_SPARK_DEPS_URI] == {
+        "Fn::Join": [
+            "",
+            ["s3://", {"Ref": bucket_id}, f"/{IC.SPARK_DEPS_PREFIX}{jobs.ARCHIVE_NAME}"],
+        ]
+    }
+    assert env[C.ENV_SPARK_JOBS_URI] == {
+        "Fn::Join": ["", ["s3://", {"Ref": bucket_id}, f"/{IC.JOB_SCRIPTS_PREFIX}"]]
+    }
+    assert env[C.ENV_EMR_APPLICATION_ID] == {
+        "Fn::GetAtt": [_cfn_id(analytics.application), "ApplicationId"]
+    }
+    assert env[C.ENV_EMR_EXECUTION_ROLE_ARN] == {
+        "Fn::GetAtt": [with_archive.logical_id(analytics.execution_role), "Arn"]
+    }
+    assert env[C.ENV_COMPACTION_MAX_RECORDS] == str(C.DEFAULT_COMPACTION_MAX_RECORDS)
+
+
+def test_without_the_archive_synth_works_and_warns(with_scripts: Synthesized) -> None:
+    analytics = with_scripts.stack.analytics
+    assert analytics.deps_archive is None
+    assert _trigger_env(with_scripts)[C.ENV_SPARK_DEPS_URI] == ""
+    messages = [
+        str(entry.data) for entry in analytics.node.metadata if entry.type == "aws:cdk:warning"
+    ]
+    assert any("make spark-archive" in m for m in messages), messages
+
+
+def test_one_schedule_per_job_invokes_the_trigger_with_the_schedule_time(
+    with_archive: Synthesized,
+) -> None:
+    analytics = with_archive.stack.analytics
+    function_arn = {"Fn::GetAtt": [with_archive.logical_id(analytics.trigger.function), "Arn"]}
+    schedules = {
+        json.loads(s["Properties"]["Target"]["Input"])["job"]: s["Properties"]
+        for s in with_archive.resources("AWS::Scheduler::Schedule").values()
+    }
+    assert set(schedules) == set(jobs.JOBS)
+    assert schedules["compact"]["ScheduleExpression"] == (
+        f"rate({IC.DEFAULT_COMPACTION_RATE_MINUTES} minutes)"
+    )
+    assert schedules["analytics"]["ScheduleExpression"] == (
+        f"rate({IC.DEFAULT_ANALYTICS_RATE_MINUTES} minutes)"
+    )
+    for job, props in schedules.items():
+        target = props["Target"]
+        assert target["Arn"] == function_arn
+        assert json.loads(target["Input"]) == {
+            "job": job,
+            "scheduledTime": "<aws.scheduler.scheduled-time>",
+        }
+        assert target["RoleArn"] == {
+            "Fn::GetAtt": [with_archive.logical_id(analytics.scheduler_role), "Arn"]
+        }
+        assert props["FlexibleTimeWindow"] == {"Mode": "OFF"}
+
+
+def test_scheduler_role_may_only_invoke_the_trigger(with_archive: Synthesized) -> None:
+    analytics = with_archive.stack.analytics
+    role = with_archive.resources("AWS::IAM::Role")[
+        with_archive.logical_id(analytics.scheduler_role)
+    ]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+    (statement,) = _policy_statements(with_archive, analytics.scheduler_role)
+    assert statement["Action"] == "lambda:InvokeFunction"
+    assert statement["Resource"] == {
+        "Fn::GetAtt": [with_archive.logical_id(analytics.trigger.function), "Arn"]
+    }
+
+
+def test_trigger_role_starts_runs_of_this_application_only(with_archive: Synthesized) -> None:
+    analytics = with_archive.stack.analytics
+    app_arn = {"Fn::GetAtt": [_cfn_id(analytics.application), "Arn"]}
+    granted: dict[str, list[Any]] = {}
+    for statement in _policy_statements(with_archive, analytics.trigger.role):
+        actions = (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
+        resources = (
+            statement["Resource"]
+            if isinstance(statement["Resource"], list)
+            else [statement["Resource"]]
+        )
+        for action in actions:
+            granted.setdefault(action, []).extend(resources)
+    assert set(granted) == {
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+        "emr-serverless:StartJobRun",
+        "emr-serverless:GetJobRun",
+        "emr-serverless:ListJobRuns",
+        "iam:PassRole",
+    }
+    assert granted["emr-serverless:ListJobRuns"] == [app_arn]
+    assert app_arn in granted["emr-serverless:StartJobRun"]
+    assert granted["iam:PassRole"] == [
+        {"Fn::GetAtt": [with_archive.logical_id(analytics.execution_role), "Arn"]}
+    ]
+
+
+def test_execution_role_reads_watermarks_and_heads_and_the_archive(
+    with_archive: Synthesized,
+) -> None:
+    storage, analytics = with_archive.stack.storage, with_archive.stack.analytics
+    by_resource: dict[str, set[str]] = {}
+    for statement in _policy_statements(with_archive, analytics.execution_role):
+        actions = (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
+        resources = (
+            statement["Resource"]
+            if isinstance(statement["Resource"], list)
+            else [statement["Resource"]]
+        )
+        for resource in resources:
+            by_resource.setdefault(json.dumps(resource, sort_keys=True), set()).update(actions)
+
+    def arn(construct: Any) -> str:
+        return json.dumps({"Fn::GetAtt": [with_archive.logical_id(construct), "Arn"]})
+
+    assert by_resource[arn(storage.partitions_table)] == {"dynamodb:GetItem", "dynamodb:Scan"}
+    assert by_resource[arn(storage.consumers_table)] == {
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:UpdateItem",
+    }
+    artifacts = {"Fn::GetAtt": [with_archive.logical_id(analytics.artifacts_bucket), "Arn"]}
+    deps = json.dumps({"Fn::Join": ["", [artifacts, f"/{IC.SPARK_DEPS_PREFIX}*"]]})
+    assert by_resource[deps] == {"s3:GetObject"}
+
+
+def test_trigger_and_schedules_keep_nag_clean(with_archive: Synthesized) -> None:
+    assert unacknowledged_findings(with_archive.stack) == []
+
+
+def test_schedule_rates_come_from_context() -> None:
+    app = App(context=cdk_context(**{IC.CTX_COMPACTION_RATE_MINUTES: "15"}))
+    settings = AnalyticsSettings.from_context(app.node)
+    assert settings.compaction_rate_minutes == 15
+    assert settings.analytics_rate_minutes == IC.DEFAULT_ANALYTICS_RATE_MINUTES
+    with pytest.raises(SettingsError, match=IC.CTX_COMPACTION_RATE_MINUTES):
+        AnalyticsSettings.from_context(
+            App(context=cdk_context(**{IC.CTX_COMPACTION_RATE_MINUTES: "1"})).node
+        )
+
+
+def test_job_code_and_stack_agree_on_artifact_locations() -> None:
+    assert jobs.SCRIPTS_PREFIX == IC.JOB_SCRIPTS_PREFIX
+    assert jobs.DEPS_PREFIX == IC.SPARK_DEPS_PREFIX
+    assert Path(IC.DEFAULT_SPARK_ARCHIVE).name == jobs.ARCHIVE_NAME
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert f"-m shardlog.spark.archive {IC.DEFAULT_SPARK_ARCHIVE}" in makefile

@@ -74,7 +74,12 @@ def test_functions_use_the_pinned_runtime_and_powertools_layer(synth: Synthesize
         for f in functions.values()
         if f["Properties"]["Handler"].startswith("lambdas.")
     }
-    assert set(ours) == {IC.INGEST_HANDLER, IC.SHARD_SYNC_HANDLER, IC.PRODUCER_API_HANDLER}
+    assert set(ours) == {
+        IC.INGEST_HANDLER,
+        IC.SHARD_SYNC_HANDLER,
+        IC.PRODUCER_API_HANDLER,
+        IC.SPARK_TRIGGER_HANDLER,
+    }
     for handler, props in ours.items():
         assert props["Runtime"] == IC.LAMBDA_PYTHON_RUNTIME, handler
         assert props["TracingConfig"] == {"Mode": "Active"}

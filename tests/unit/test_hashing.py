@@ -38,7 +38,7 @@ def test_explicit_hash_key_overrides_the_partition_key() -> None:
     assert hash_key("hello", None) == KNOWN_HASH_KEYS["hello"]
 
 
-@pytest.mark.parametrize("value", ["0", "1", "000", str(2**127), str(2**128 - 1)])
+@pytest.mark.parametrize("value", ["0", "1", "10", str(2**127), str(2**128 - 1)])
 def test_explicit_hash_key_accepted(value: str) -> None:
     assert parse_explicit_hash_key(value) == int(value)
 
@@ -57,6 +57,8 @@ def test_explicit_hash_key_just_past_the_top_is_rejected() -> None:
         "",
         "-1",
         "+1",
+        "000",  # Kinesis: 0|[1-9]\d{0,38}, no leading zeros
+        "0001",
         " 1",
         "1 ",
         "1.0",

@@ -411,7 +411,8 @@ class HalfFailingProducer(Producer):
         failed = super()._send(sent, results) if sent else []
         for item in unsent:
             item.attempts += 1
-            item.error = "ProvisionedThroughputExceededException: injected by the test"
+            item.error_code = "ProvisionedThroughputExceededException"
+            item.error_message = "injected by the test"
             self.injected.append(item.record.data)
         return [*failed, *unsent]
 

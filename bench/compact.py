@@ -1,0 +1,200 @@
+"""Compaction benchmark: the Spark job on local[2] beside a single-process pyarrow baseline,
+over the same committed segments, in the same run, against the embedded AWS (moto over HTTP).
+
+- Spark: ``spark_jobs.compact.compact`` as EMR Serverless runs it (plan, watermark intent,
+  executors decode segments and PUT Parquet, conditional advance), on a warm session;
+- baseline: one Python process lists the same segments, decodes them, groups rows by
+  (partition, date, hour) with pyarrow and PUTs the same Parquet files under another prefix.
+
+Prints records/s of each and the ratio. Both read from and write to the same S3 (moto), so
+the figures are mostly decode + Parquet + HTTP cost on this machine, not EMR's.
+Usage: python bench/compact.py [--records N] [--segment-records N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardlog.config import ShardlogConfig
+from shardlog.format import IncomingRecord, decode_segment, segment_key
+from shardlog.local.embedded import EmbeddedAWS, provision
+from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.spark.io import RECORD_COLUMNS, parquet_bytes, segment_batch
+from shardlog.spark.jobs import JobArgs
+from shardlog.tables import Tables
+from shardlog.writer import LogWriter, WriterSettings
+
+PARTITIONS = ("shardId-000000000000", "shardId-000000000001")
+BASELINE_PREFIX = "bench-baseline/"
+
+
+@dataclass
+class Row:
+    name: str
+    records: int
+    seconds: float
+    files: int
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+
+def write_log(config: ShardlogConfig, records: int, segment_records: int) -> None:
+    """A committed log of ``records`` records over two partitions, spread over two hours."""
+    writer = LogWriter(
+        config.clients(),
+        WriterSettings(config.bucket, config.tables, segment_max_records=segment_records),
+    )
+    start_ms = 1_700_000_000_000
+    per_partition = records // len(PARTITIONS)
+    step_ms = max(1, 2 * 3_600_000 // per_partition)
+    for p, partition in enumerate(PARTITIONS):
+        batch = [
+            IncomingRecord(
+                f"key-{i % 1000}",
+                b"x" * 100,
+                str(SEQUENCE_BASE + p * records + i),
+                start_ms + i * step_ms,
+            )
+            for i in range(per_partition)
+        ]
+        for i in range(0, len(batch), 10_000):
+            writer.append(partition, batch[i : i + 10_000])
+
+
+def bench_baseline(config: ShardlogConfig) -> Row:
+    """Single process: list, GET + decode, group by file with pyarrow, PUT Parquet."""
+    from spark_jobs.compact import batch_bounds, segment_starts
+
+    clients = config.clients()
+    started = time.perf_counter()
+    total = files = 0
+    for partition in Tables(clients, config.tables).list_partitions():
+        starts = segment_starts(clients.s3, config.bucket, partition.partition_id, 0)
+        bounds = batch_bounds(starts, 0, partition.next_seq, partition.next_seq)
+        batches = []
+        for first in bounds[:-1]:
+            key = segment_key(partition.partition_id, first)
+            body = clients.s3.get_object(Bucket=config.bucket, Key=key)["Body"].read()
+            batches.append(segment_batch(decode_segment(body)))
+        table = pa.Table.from_batches(batches)
+        hours = pc.strftime(table.column("arrival_time"), format="date=%Y-%m-%d/hour=%H")
+        table = table.append_column("file_hour", hours)
+        for hour in pc.unique(hours).to_pylist():
+            rows = table.filter(pc.equal(table.column("file_hour"), hour))
+            seqs = rows.column("seq")
+            key = (
+                f"{BASELINE_PREFIX}{hour}/{partition.partition_id}-"
+                f"{pc.min(seqs).as_py():020d}-{pc.max(seqs).as_py():020d}.parquet"
+            )
+            body = parquet_bytes(rows.select(list(RECORD_COLUMNS)))
+            clients.s3.put_object(Bucket=config.bucket, Key=key, Body=body)
+            files += 1
+        total += table.num_rows
+    return Row("baseline: one process, pyarrow", total, time.perf_counter() - started, files)
+
+
+def spark_session() -> Any:
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("shardlog-bench-compact")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def bench_spark(spark: Any, config: ShardlogConfig) -> Row:
+    from spark_jobs.compact import compact
+
+    started = time.perf_counter()
+    report = compact(spark, JobArgs.from_config(config, max_records=10**9))
+    return Row("spark_jobs/compact.py on local[2]", report.records,
+               time.perf_counter() - started, report.files)  # fmt: skip
+
+
+def new_log(aws: EmbeddedAWS, name: str, records: int, segment_records: int) -> ShardlogConfig:
+    config = ShardlogConfig(
+        bucket=f"bench-{name}",
+        partitions_table=f"bench-{name}-partitions",
+        consumers_table=f"bench-{name}-consumers",
+        stream_name=f"bench-{name}",
+        endpoint_url=aws.endpoint_url,
+    )
+    provision(config.clients(), config, shard_count=1)
+    write_log(config, records, segment_records)
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--segment-records", type=int, default=5_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    with EmbeddedAWS() as aws:
+        config = new_log(aws, "main", args.records, args.segment_records)
+        warmup = new_log(aws, "warmup", 2_000, 500)
+        started = time.perf_counter()
+        spark = spark_session()
+        startup_s = time.perf_counter() - started
+        bench_spark(spark, warmup)  # JIT, Python workers: what a long-lived job has paid
+        rows = [bench_spark(spark, config), bench_baseline(config)]
+        spark.stop()
+    spark_row, baseline = rows
+    report = {
+        "records": args.records,
+        "sparkSessionStartupSeconds": round(startup_s, 2),
+        "paths": [
+            {
+                "path": r.name,
+                "records": r.records,
+                "seconds": round(r.seconds, 2),
+                "recordsPerSecond": round(r.records_per_s, 1),
+                "files": r.files,
+            }
+            for r in rows
+        ],
+        "sparkVsBaseline": round(spark_row.records_per_s / baseline.records_per_s, 2),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"{'path':<40} {'records':>9} {'seconds':>8} {'records/s':>11} {'files':>6}")
+    for r in rows:
+        print(
+            f"{r.name:<40} {r.records:>9} {r.seconds:>8.2f} {r.records_per_s:>11.0f} {r.files:>6}"
+        )
+    print(f"spark / baseline: {report['sparkVsBaseline']}x records/s "
+          f"(Spark session startup {startup_s:.1f}s, not counted)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

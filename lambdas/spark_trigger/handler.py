@@ -1,0 +1,90 @@
+"""EventBridge Scheduler -> this Lambda -> EMR Serverless StartJobRun, one job per schedule.
+
+Thin on purpose: parse the scheduler's input (``{"job": ..., "scheduledTime":
+"<aws.scheduler.scheduled-time>"}``), call ``SparkTrigger.trigger``, return what it did.
+The trigger starts nothing while a run of the job is active, and its clientToken comes
+from the schedule time, so a scheduler retry for the same time never starts a second run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, Literal
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import BaseModel, Field, parse
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from lambdas.spark_trigger.settings import SparkTriggerSettings
+from shardlog import constants as C
+from shardlog.aws import Clients
+from shardlog.clock import Clock
+from shardlog.spark.trigger import SparkTrigger
+
+logger = Logger(service=C.POWERTOOLS_SERVICE_NAME)
+metrics = Metrics(namespace=C.METRICS_NAMESPACE, service=C.POWERTOOLS_SERVICE_NAME)
+tracer = Tracer(service=C.POWERTOOLS_SERVICE_NAME)
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+METRIC_SPARK_RUNS_STARTED = "SparkRunsStarted"
+METRIC_SPARK_RUNS_SKIPPED = "SparkRunsSkipped"
+
+
+class ScheduledJob(BaseModel):
+    """The target input of a schedule (infra/analytics.py writes it)."""
+
+    job: Literal["compact", "analytics"]
+    scheduled_time: str = Field(alias="scheduledTime", min_length=1)
+
+
+def create_handler(
+    settings: SparkTriggerSettings | None = None,
+    clients: Clients | None = None,
+    clock: Clock | None = None,
+) -> Handler:
+    """Build the handler; the local runtime, the CLI and tests inject its parts."""
+    settings = settings or SparkTriggerSettings.from_env()
+    clients = clients or Clients()
+    trigger = SparkTrigger(
+        clients.client("emr-serverless"),
+        settings.target(),
+        settings.job_args(clients.endpoint_url),
+        clock=clock,
+    )
+
+    @metrics.log_metrics
+    @tracer.capture_lambda_handler(capture_response=False)
+    @logger.inject_lambda_context(clear_state=True)
+    def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        scheduled = parse(event=event, model=ScheduledJob)
+        logger.append_keys(job=scheduled.job, scheduled_time=scheduled.scheduled_time)
+        result = trigger.trigger(scheduled.job, scheduled.scheduled_time)
+        if result.started:
+            metrics.add_metric(METRIC_SPARK_RUNS_STARTED, MetricUnit.Count, 1)
+            logger.info("job run started", job_run_id=result.job_run_id)
+        else:
+            metrics.add_metric(METRIC_SPARK_RUNS_SKIPPED, MetricUnit.Count, 1)
+            logger.info(
+                "a run of this job is active: nothing started", active=result.active_run_ids
+            )
+        return result.as_dict()
+
+    return handle
+
+
+_handler: Handler | None = None
+
+
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The Lambda entry point."""
+    global _handler
+    if _handler is None:
+        _handler = create_handler()
+    return _handler(event, context)
+
+
+# In Lambda, import is the cold start: validate settings now, before the first schedule.
+if "AWS_LAMBDA_RUNTIME_API" in os.environ:  # pragma: no cover - only inside Lambda
+    _handler = create_handler()

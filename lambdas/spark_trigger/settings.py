@@ -1,0 +1,70 @@
+"""The Spark trigger's settings, validated once at cold start."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, Field, ValidationError
+
+from shardlog import constants as C
+from shardlog.exceptions import ConfigurationError
+from shardlog.spark.jobs import JobArgs
+from shardlog.spark.trigger import SparkTarget
+
+
+class SparkTriggerSettings(BaseModel, frozen=True):
+    application_id: str = Field(min_length=1, max_length=64)
+    execution_role_arn: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+")
+    spark_jobs_uri: str = Field(pattern=r"^s3://.+/$")
+    # Built by `make spark-archive` and deployed with the stack; without it the jobs would
+    # fail on EMR importing shardlog, so a deployment without it fails here, loudly.
+    spark_deps_uri: str = Field(pattern=r"^s3://.+\.(tar\.gz|tgz|zip)$")
+    bucket: str = Field(min_length=3, max_length=63)
+    partitions_table: str = Field(min_length=3, max_length=255)
+    consumers_table: str = Field(min_length=3, max_length=255)
+    region: str = Field(default=C.DEFAULT_REGION, min_length=1)
+    compaction_max_records: int = Field(
+        default=C.DEFAULT_COMPACTION_MAX_RECORDS, ge=1, le=1_000_000_000
+    )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SparkTriggerSettings:
+        env = os.environ if environ is None else environ
+        names = {
+            "application_id": C.ENV_EMR_APPLICATION_ID,
+            "execution_role_arn": C.ENV_EMR_EXECUTION_ROLE_ARN,
+            "spark_jobs_uri": C.ENV_SPARK_JOBS_URI,
+            "spark_deps_uri": C.ENV_SPARK_DEPS_URI,
+            "bucket": C.ENV_BUCKET_NAME,
+            "partitions_table": C.ENV_PARTITIONS_TABLE,
+            "consumers_table": C.ENV_CONSUMERS_TABLE,
+            "region": C.ENV_REGION,
+            "compaction_max_records": C.ENV_COMPACTION_MAX_RECORDS,
+        }
+        values = {field: env[var] for field, var in names.items() if env.get(var)}
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{names[str(e['loc'][0])]}: {e['msg']}" for e in exc.errors() if e["loc"]
+            )
+            raise ConfigurationError(f"invalid Spark trigger settings: {problems}") from exc
+
+    def target(self) -> SparkTarget:
+        return SparkTarget(
+            application_id=self.application_id,
+            execution_role_arn=self.execution_role_arn,
+            scripts_uri=self.spark_jobs_uri,
+            deps_uri=self.spark_deps_uri,
+        )
+
+    def job_args(self, endpoint_url: str | None = None) -> JobArgs:
+        return JobArgs(
+            bucket=self.bucket,
+            partitions_table=self.partitions_table,
+            consumers_table=self.consumers_table,
+            region=self.region,
+            endpoint_url=endpoint_url,
+            max_records=self.compaction_max_records,
+        )

@@ -1,0 +1,219 @@
+"""Checkpoints of one partition for one worker, fenced on ``leaseCounter``.
+
+KCL's meaning: ``checkpoint(seq)`` says "every record up to and including seq is
+processed". The consumers table stores the *next* log seq to read (seq + 1), plus
+``checkpointSubSequenceNumber`` when that next record sits inside a segment rather
+than at its start (so ``checkpoint - subseq`` is the key of the segment to fetch).
+At the end of a finished partition, ``checkpoint()`` writes SHARD_END.
+
+Every write goes through ``LeaseHolder``: one at a time per lease, always with the
+latest counter (renewals and checkpoints both increment it), so a renewal on the
+worker's thread never makes the processor's checkpoint look fenced.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from botocore.exceptions import ClientError
+
+from shardlog import constants as C
+from shardlog.consumer.exceptions import (
+    CheckpointError,
+    CheckpointLeaseLostError,
+    CheckpointRangeError,
+    CheckpointStateError,
+)
+from shardlog.exceptions import LeaseLostError, aws_error_code
+from shardlog.format import LogRecord
+from shardlog.lease import LeaseManager
+from shardlog.tables import Lease
+
+logger = logging.getLogger("shardlog.consumer")
+
+_THROTTLED = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+}
+
+
+class LeaseHolder:
+    """The worker's copy of one lease; renew, checkpoint and release are serialized here."""
+
+    def __init__(self, manager: LeaseManager, lease: Lease) -> None:
+        self.manager = manager
+        self._lease = lease
+        self._lock = threading.Lock()
+        self.lost = False
+        self.released = False
+
+    @property
+    def lease(self) -> Lease:
+        with self._lock:
+            return self._lease
+
+    def renew_if_due(self, now_ms: int, renew_interval_ms: int) -> bool:
+        """Renew when renew_interval_ms passed since the last write; False once lost."""
+        with self._lock:
+            if self.lost or self.released:
+                return not self.lost
+            last_write = self._lease.expires_at_ms - self.manager.lease_duration_ms
+            if now_ms - last_write < renew_interval_ms:
+                return True
+            try:
+                self._lease = self.manager.renew(self._lease)
+            except LeaseLostError as exc:
+                self.lost = True
+                logger.warning("lease lost: %s", exc)
+                return False
+            return True
+
+    def mark_lost(self, reason: str) -> None:
+        with self._lock:
+            if not self.lost and not self.released:
+                self.lost = True
+                logger.warning(
+                    "lease lost: %s/%s: %s",
+                    self._lease.group,
+                    self._lease.partition_id,
+                    reason,
+                )
+
+    def checkpoint(self, value: str, subseq: int | None) -> Lease:
+        with self._lock:
+            if self.lost or self.released:
+                raise CheckpointLeaseLostError(
+                    self._lease.group, self._lease.partition_id, "the lease is no longer held"
+                )
+            try:
+                self._lease = self.manager.checkpoint(self._lease, value, subseq)
+            except LeaseLostError as exc:
+                self.lost = True
+                raise CheckpointLeaseLostError(
+                    self._lease.group, self._lease.partition_id, "fenced by leaseCounter"
+                ) from exc
+            return self._lease
+
+    def release(self) -> bool:
+        """Hand the lease back for immediate takeover; False when it was already lost."""
+        with self._lock:
+            if self.lost or self.released:
+                return False
+            try:
+                self._lease = self.manager.release(self._lease)
+            except LeaseLostError:
+                self.lost = True
+                return False
+            self.released = True
+            return True
+
+
+class Checkpointer:
+    """Given to the processor with each batch, at shard end and at shutdown."""
+
+    def __init__(
+        self,
+        holder: LeaseHolder,
+        start_seq: int,
+        segment_offset: Callable[[int], int | None] = lambda _seq: None,
+    ) -> None:
+        self._holder = holder
+        self._segment_offset = segment_offset
+        self.checkpointed_next = start_seq  # next seq per the stored checkpoint
+        self.largest_delivered = start_seq - 1  # seq of the last record delivered
+        self.shard_end_permitted = False
+        self.at_shard_end = False
+        self.enabled = True
+        # How far the last batch is behind the committed head, in ms (KCL's millisBehindLatest):
+        # 0 when it reached the head, else now minus the arrival time of its last record.
+        self.millis_behind_latest = 0
+
+    @property
+    def group(self) -> str:
+        return self._holder.lease.group
+
+    @property
+    def partition_id(self) -> str:
+        return self._holder.lease.partition_id
+
+    def checkpoint(
+        self, record: LogRecord | int | str | None = None, sub_sequence_number: int | None = None
+    ) -> None:
+        """Mark every record up to and including ``record`` (a LogRecord or its seq) processed.
+
+        Without an argument: everything delivered so far, or SHARD_END inside
+        ``shard_ended``. Raises CheckpointRangeError for a seq before the last checkpoint
+        or after the last record delivered, CheckpointLeaseLostError when the lease was
+        lost (stop processing the partition), CheckpointStateError when checkpointing is
+        not allowed here (after lease_lost).
+        """
+        if not self.enabled:
+            raise CheckpointStateError(
+                f"{self.partition_id}: checkpointing is not allowed here (lease lost or "
+                "processor shut down)"
+            )
+        if sub_sequence_number is not None and sub_sequence_number < 0:
+            raise CheckpointRangeError(
+                f"sub-sequence number must be >= 0, got {sub_sequence_number}"
+            )
+        if record is None:
+            if self.shard_end_permitted:
+                self._write_shard_end()
+                return
+            seq = self.largest_delivered
+        elif isinstance(record, LogRecord):
+            seq = record.seq
+        elif isinstance(record, str) and record == C.SHARD_END:
+            if not self.shard_end_permitted:
+                raise CheckpointRangeError(
+                    f"{self.partition_id}: SHARD_END may only be checkpointed at the end of an "
+                    "ENDED partition"
+                )
+            self._write_shard_end()
+            return
+        else:
+            seq = _as_seq(record)
+        low, high = self.checkpointed_next - 1, self.largest_delivered
+        if not low <= seq <= high:
+            raise CheckpointRangeError(
+                f"{self.partition_id}: cannot checkpoint seq {seq}: it must lie between the last "
+                f"checkpoint ({low}) and the last record delivered ({high})"
+            )
+        if self.shard_end_permitted and seq == high:
+            self._write_shard_end()  # the partition's last record: that is its end (as KCL)
+            return
+        if seq + 1 == self.checkpointed_next:
+            return  # already checkpointed: no write, as KCL
+        self._write(str(seq + 1), self._segment_offset(seq + 1))
+        self.checkpointed_next = seq + 1
+
+    def _write_shard_end(self) -> None:
+        if self.at_shard_end:
+            return
+        self._write(C.SHARD_END, None)
+        self.at_shard_end = True
+
+    def _write(self, value: str, subseq: int | None) -> None:
+        try:
+            self._holder.checkpoint(value, subseq)
+        except ClientError as exc:
+            error = CheckpointError(
+                f"{self.partition_id}: checkpoint {value} failed: {exc}",
+                aws_error_code=aws_error_code(exc),
+            )
+            if aws_error_code(exc) in _THROTTLED:
+                error.kcl_error = "ThrottlingException"
+            raise error from exc
+
+
+def _as_seq(value: int | str) -> int:
+    if isinstance(value, bool):
+        raise CheckpointRangeError(f"not a log seq: {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    raise CheckpointRangeError(f"not a log seq (a decimal string): {value!r}")

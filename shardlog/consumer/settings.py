@@ -1,0 +1,70 @@
+"""A consumer group worker's settings: every duration is in milliseconds, named with its unit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from shardlog.consumer.positions import StartPosition
+from shardlog.exceptions import ValidationError
+
+RESERVED_GROUP_PREFIX = "$"
+MAX_GROUP_CHARS = 256
+
+
+@dataclass(frozen=True)
+class ConsumerSettings:
+    # A lease not renewed for this long may be taken by another worker (KCL's failoverTimeMillis).
+    lease_duration_ms: int = 10_000
+    # Leases are renewed when this long has passed since their last write (a checkpoint renews too).
+    renew_interval_ms: int = 3_000
+    # How often the worker lists the group's leases, creates missing ones and balances.
+    take_interval_ms: int = 3_000
+    # At most this many partitions per worker (KCL's maxLeasesForWorker).
+    max_leases: int = 10_000
+    # At most this many records per process_records call (KCL's maxRecords).
+    records_per_call: int = 10_000
+    # A caught-up partition is polled again after this long (KCL's idleTimeBetweenReadsInMillis).
+    idle_poll_interval_ms: int = 1_000
+    # Where a partition with no checkpoint starts, when the group is created.
+    start_position: StartPosition = field(default_factory=StartPosition.trim_horizon)
+    # After a processor failure (a child process that crashed or hung), the worker waits this
+    # long before taking that partition again; doubled per consecutive failure, up to the max.
+    failure_backoff_ms: int = 1_000
+    max_failure_backoff_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                minimum = 0 if spec.name == "idle_poll_interval_ms" else 1
+                if value < minimum:
+                    raise ValidationError(spec.name, f"must be >= {minimum}", limit=minimum)
+        if self.renew_interval_ms >= self.lease_duration_ms:
+            raise ValidationError(
+                "renew_interval_ms",
+                f"must be shorter than lease_duration_ms ({self.lease_duration_ms})",
+                limit=self.lease_duration_ms,
+            )
+        if self.max_failure_backoff_ms < self.failure_backoff_ms:
+            raise ValidationError(
+                "max_failure_backoff_ms",
+                f"must be >= failure_backoff_ms ({self.failure_backoff_ms})",
+                limit=self.failure_backoff_ms,
+            )
+
+
+def validate_group(group: str) -> str:
+    """Group names are 1 to 256 characters; a leading "$" is reserved for shardlog ($ingest)."""
+    if not isinstance(group, str) or not group:
+        raise ValidationError("group", "must be a non-empty string", limit=1)
+    if len(group) > MAX_GROUP_CHARS:
+        raise ValidationError(
+            "group", f"must be at most {MAX_GROUP_CHARS} characters", limit=MAX_GROUP_CHARS
+        )
+    if group.startswith(RESERVED_GROUP_PREFIX):
+        raise ValidationError(
+            "group",
+            f"names starting with {RESERVED_GROUP_PREFIX!r} are reserved for shardlog "
+            f"(e.g. $ingest, the ingest Lambda's group): {group!r}",
+        )
+    return group

@@ -1,0 +1,73 @@
+"""A group's progress per partition: owner, checkpoint, lag (`shardlog status --group`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shardlog import constants as C
+from shardlog.consumer.coordinator import lineage_known, parents_done
+from shardlog.tables import Tables
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    partition_id: str
+    state: str
+    next_seq: int
+    owner: str | None  # None when unowned; see live
+    live: bool  # the owner's lease has not expired (by this machine's clock)
+    checkpoint: str | None
+    checkpoint_subseq: int | None
+    lag_records: int  # committed records the group has not checkpointed past
+    waiting_on_parents: bool  # or on shard sync to record its lineage
+    parents: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "partitionId": self.partition_id,
+            "state": self.state,
+            "nextSeq": self.next_seq,
+            "leaseOwner": self.owner,
+            "leaseLive": self.live,
+            "checkpoint": self.checkpoint,
+            "checkpointSubSequenceNumber": self.checkpoint_subseq,
+            "lagRecords": self.lag_records,
+            "waitingOnParents": self.waiting_on_parents,
+            "parents": list(self.parents),
+        }
+
+
+def lag_records(next_seq: int, checkpoint: str | None) -> int:
+    """Records below the head past the checkpoint: 0 at SHARD_END, all of them without one."""
+    if checkpoint == C.SHARD_END:
+        return 0
+    done = int(checkpoint) if checkpoint is not None and checkpoint.isdigit() else 0
+    return max(0, next_seq - done)
+
+
+def group_progress(tables: Tables, group: str, now_ms: int) -> list[PartitionProgress]:
+    partitions = {p.partition_id: p for p in tables.list_partitions()}
+    leases = {lease.partition_id: lease for lease in tables.list_leases(group)}
+    rows = []
+    for partition_id, partition in sorted(partitions.items()):
+        lease = leases.get(partition_id)
+        checkpoint = lease.checkpoint if lease else None
+        rows.append(
+            PartitionProgress(
+                partition_id=partition_id,
+                state=partition.state,
+                next_seq=partition.next_seq,
+                owner=lease.owner if lease else None,
+                live=bool(lease and lease.is_live(now_ms)),
+                checkpoint=checkpoint,
+                checkpoint_subseq=lease.checkpoint_subseq if lease else None,
+                lag_records=lag_records(partition.next_seq, checkpoint),
+                waiting_on_parents=checkpoint != C.SHARD_END
+                and not (
+                    lineage_known(partition) and parents_done(partition.parents, partitions, leases)
+                ),
+                parents=partition.parents,
+            )
+        )
+    return rows

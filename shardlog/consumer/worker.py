@@ -1,0 +1,397 @@
+"""A consumer group worker: leases, balancing and one processor per held partition.
+
+``run_once()`` is one deterministic cycle (tests drive it with a ManualClock):
+
+1. renew each held lease once renew_interval_ms passed since its last write;
+2. every take_interval_ms: create missing lease items from the partitions table,
+   then take (and at most one steal) per coordinator.plan_takes;
+3. one step per held partition that is due (a batch, the shard end, a lease loss),
+   on a thread pool, and wait for them.
+
+``run(stop)`` loops the same without waiting for slow partitions, so a slow
+processor never delays renewals or other partitions; on stop it hands every
+partition off gracefully (``shutdown()``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from shardlog import constants as C
+from shardlog.aws import Clients
+from shardlog.clock import Clock, SystemClock
+from shardlog.config import ShardlogConfig
+from shardlog.consumer.checkpointer import LeaseHolder
+from shardlog.consumer.coordinator import eligible_leases, lineage_known, plan_takes
+from shardlog.consumer.exceptions import CheckpointLeaseLostError
+from shardlog.consumer.partition import Outcome, PartitionConsumer, State, StepResult
+from shardlog.consumer.positions import InitialPosition, resolve_start
+from shardlog.consumer.processor import ProcessorFactory, processor_factory
+from shardlog.consumer.settings import ConsumerSettings, validate_group
+from shardlog.exceptions import LeaseLostError
+from shardlog.lease import LeaseManager
+from shardlog.reader import LogReader
+from shardlog.tables import Lease, PartitionInfo, Tables
+from shardlog.verify import lineage_order
+
+logger = logging.getLogger("shardlog.consumer")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class WorkerStats:
+    delivered: int = 0
+    taken: int = 0
+    stolen: int = 0
+    lost: int = 0
+    finished: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    delivered: int
+    held: tuple[str, ...]
+
+
+class Worker:
+    def __init__(
+        self,
+        group: str,
+        processor: Any = None,
+        config: ShardlogConfig | None = None,
+        *,
+        settings: ConsumerSettings | None = None,
+        clock: Clock | None = None,
+        worker_id: str | None = None,
+        clients: Clients | None = None,
+        factory: ProcessorFactory | None = None,
+        threads: int | None = None,
+    ) -> None:
+        """``processor``: a callable f(records, checkpointer), a processor class (one
+        instance per partition) or instance; or give ``factory(partition_id)`` instead."""
+        self.group = validate_group(group)
+        if (processor is None) == (factory is None):
+            raise TypeError("give a processor or a factory (exactly one)")
+        self.config = config or ShardlogConfig.resolve()
+        self.clients = clients or self.config.clients()
+        self.settings = settings or ConsumerSettings()
+        self.clock: Clock = clock or SystemClock()
+        self.worker_id = worker_id or default_worker_id()
+        self.tables = Tables(self.clients, self.config.tables)
+        self.leases = LeaseManager(
+            self.clients,
+            self.config.consumers_table,
+            clock=self.clock,
+            lease_duration_ms=self.settings.lease_duration_ms,
+        )
+        # Up to 2 segments fetched ahead per partition: overlap without holding much memory
+        # (a segment can reach 16 MiB).
+        self.reader = LogReader(self.clients, self.config.bucket, self.config.tables, prefetch=2)
+        self.factory = factory or processor_factory(processor)
+        self.stats = WorkerStats()
+        self._consumers: dict[str, PartitionConsumer] = {}
+        self._running: dict[str, Future[StepResult]] = {}
+        self._failures: dict[str, tuple[int, int]] = {}  # partition -> (failures, retake at ms)
+        self._last_take_ms: int | None = None
+        self._rng = random.Random(self.worker_id)
+        self._pool = ThreadPoolExecutor(
+            max_workers=threads or min(32, self.settings.max_leases),
+            thread_name_prefix=f"shardlog-consumer-{self.group}",
+        )
+        self._closed = False
+
+    # --- public --------------------------------------------------------------------------
+    @property
+    def held(self) -> tuple[str, ...]:
+        """Partitions this worker is processing now (safe to read from another thread)."""
+        return tuple(sorted(self._consumers.copy()))
+
+    def run_once(self) -> CycleReport:
+        """One cycle: renew, balance (when due), one step per due partition; waits for them."""
+        before = self.stats.delivered
+        now = self.clock.now_ms()
+        self._housekeeping(now)
+        self._dispatch(now)
+        wait(list(self._running.values()))
+        self._collect()
+        return CycleReport(self.stats.delivered - before, self.held)
+
+    def run(self, stop: threading.Event) -> None:
+        """Consume until ``stop`` is set, then hand every partition off (graceful shutdown)."""
+        try:
+            while not stop.is_set():
+                now = self.clock.now_ms()
+                self._housekeeping(now)
+                self._dispatch(now)
+                timeout_s = self._next_wake_ms(self.clock.now_ms()) / 1000
+                running = list(self._running.values())
+                if running:
+                    wait(running, timeout=timeout_s, return_when=FIRST_COMPLETED)
+                else:
+                    stop.wait(timeout_s)
+                self._collect()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Graceful: each processor is asked to checkpoint, then its lease is released."""
+        if self._closed:
+            return
+        for consumer in self._consumers.values():
+            consumer.shutdown_requested = True
+        wait(list(self._running.values()))
+        self._collect()
+        self._dispatch(self.clock.now_ms())
+        wait(list(self._running.values()))
+        self._collect()
+        self._close_pool()
+
+    def close(self) -> None:
+        """Stop without handing off: leases are left to expire, as if the process died."""
+        if self._closed:
+            return
+        wait(list(self._running.values()))
+        for consumer in self._consumers.values():
+            try:
+                consumer.processor.close()
+            except Exception:
+                logger.exception("%s: closing %s raised", self.worker_id, consumer.partition_id)
+            consumer.cursor.close()
+        self._consumers.clear()
+        self._running.clear()
+        self._close_pool()
+
+    # --- the cycle -----------------------------------------------------------------------
+    def _housekeeping(self, now: int) -> None:
+        for consumer in self._consumers.values():
+            try:
+                consumer.holder.renew_if_due(now, self.settings.renew_interval_ms)
+            except (BotoCoreError, ClientError) as exc:  # transient: retried next cycle
+                logger.warning("%s: renewing %s failed: %s", self.worker_id, consumer, exc)
+        due = (
+            self._last_take_ms is None or now - self._last_take_ms >= self.settings.take_interval_ms
+        )
+        if due:
+            self._last_take_ms = now
+            try:
+                self._balance(now)
+            except (BotoCoreError, ClientError) as exc:
+                logger.warning("%s: listing or taking leases failed: %s", self.worker_id, exc)
+
+    def _dispatch(self, now: int) -> None:
+        for partition_id, consumer in self._consumers.items():
+            if partition_id not in self._running and consumer.ready(now):
+                self._running[partition_id] = self._pool.submit(consumer.step)
+
+    def _collect(self) -> None:
+        for partition_id, future in list(self._running.items()):
+            if not future.done():
+                continue
+            del self._running[partition_id]
+            consumer = self._consumers[partition_id]
+            try:
+                result = future.result()
+            except Exception:  # step() catches everything; this is a bug guard
+                logger.exception("%s: step of %s raised", self.worker_id, partition_id)
+                continue
+            self.stats.delivered += result.delivered
+            if result.delivered:
+                self._failures.pop(partition_id, None)
+            if consumer.state is State.DONE:
+                del self._consumers[partition_id]
+                self._count(partition_id, result.outcome)
+
+    def _count(self, partition_id: str, outcome: Outcome) -> None:
+        if outcome is Outcome.LOST:
+            self.stats.lost += 1
+        elif outcome is Outcome.FINISHED:
+            self.stats.finished += 1
+        elif outcome is Outcome.FAILED:
+            self.stats.failed += 1
+            failures = self._failures.get(partition_id, (0, 0))[0] + 1
+            delay = min(
+                self.settings.failure_backoff_ms * 2 ** (failures - 1),
+                self.settings.max_failure_backoff_ms,
+            )
+            self._failures[partition_id] = (failures, self.clock.now_ms() + delay)
+            logger.error(
+                "%s: %s/%s will be taken again in %.1f s at the earliest (failure %d in a row); "
+                "any other worker may take it now",
+                self.worker_id,
+                self.group,
+                partition_id,
+                delay / 1000,
+                failures,
+            )
+
+    def _next_wake_ms(self, now: int) -> int:
+        waits = [self.settings.renew_interval_ms, self.settings.idle_poll_interval_ms]
+        if self._last_take_ms is not None:
+            waits.append(self._last_take_ms + self.settings.take_interval_ms - now)
+        waits += [
+            c.next_poll_ms - now for p, c in self._consumers.items() if p not in self._running
+        ]
+        return max(5, min(waits))
+
+    # --- leases --------------------------------------------------------------------------
+    def _balance(self, now: int) -> None:
+        partitions = {p.partition_id: p for p in self.tables.list_partitions()}
+        leases = self.tables.list_leases(self.group)
+        known = {lease.partition_id for lease in leases}
+        # Lease items copy parentPartitionIds: create them once shard sync recorded lineage.
+        missing = [p for pid, p in partitions.items() if pid not in known and lineage_known(p)]
+        if missing:
+            for partition in missing:
+                self.leases.ensure(self.group, partition.partition_id, partition.parents)
+            if not leases and self.settings.start_position.kind is not InitialPosition.TRIM_HORIZON:
+                self._position_new_group(partitions)
+            leases = self.tables.list_leases(self.group)
+        for lease in leases:  # a listed owner other than us: taken, whatever our copy says
+            consumer = self._consumers.get(lease.partition_id)
+            if consumer is not None and lease.owner != self.worker_id:
+                consumer.holder.mark_lost(f"the table shows owner {lease.owner}")
+        blocked = {p for p, (_, at) in self._failures.items() if at > now}
+        plan = plan_takes(
+            eligible_leases(leases, partitions),
+            self.worker_id,
+            now,
+            tracked=set(self._consumers),
+            blocked=blocked,
+            max_leases=self.settings.max_leases,
+            rng=self._rng,
+        )
+        for lease in plan.take:
+            self._take(lease, partitions, plan.target, steal=False)
+        if plan.steal is not None:
+            self._take(plan.steal, partitions, plan.target, steal=True)
+
+    def _take(
+        self, seen: Lease, partitions: Mapping[str, PartitionInfo], target: int, *, steal: bool
+    ) -> None:
+        try:
+            lease = self.leases.take(seen, self.worker_id)
+        except LeaseLostError:
+            logger.debug("%s: %s was taken by another worker first", self.worker_id, seen)
+            return
+        if steal:
+            self.stats.stolen += 1
+            logger.info(
+                "%s: stole lease %s/%s from %s (it held more than the target of %d)",
+                self.worker_id,
+                self.group,
+                seen.partition_id,
+                seen.owner,
+                target,
+            )
+        else:
+            self.stats.taken += 1
+            how = "unowned" if seen.owner is None else f"expired, was {seen.owner}"
+            logger.info(
+                "%s: took lease %s/%s (%s) at checkpoint %s",
+                self.worker_id,
+                self.group,
+                seen.partition_id,
+                how,
+                lease.checkpoint,
+            )
+        holder = LeaseHolder(self.leases, lease)
+        if lease.checkpoint is not None and not lease.checkpoint.isdigit():
+            logger.error(
+                "%s: %s/%s has checkpoint %r, not a log seq: not consuming it",
+                self.worker_id,
+                self.group,
+                lease.partition_id,
+                lease.checkpoint,
+            )
+            holder.release()
+            self._failures[lease.partition_id] = (1, self.clock.now_ms() + 3_600_000)
+            return
+        try:
+            start = self._start_seq(holder, partitions.get(lease.partition_id))
+        except CheckpointLeaseLostError:
+            return
+        consumer = PartitionConsumer(
+            self.worker_id,
+            holder,
+            self.factory(lease.partition_id),
+            self.reader,
+            start,
+            self.settings,
+            self.clock,
+        )
+        self._consumers[lease.partition_id] = consumer
+
+    def _start_seq(self, holder: LeaseHolder, partition: PartitionInfo | None) -> int:
+        lease = holder.lease
+        if lease.checkpoint is not None:
+            return int(lease.checkpoint)
+        if partition is not None and partition.parents:
+            return 0  # its parents were consumed to their end by this group: start at its start
+        start = resolve_start(self.reader, lease.partition_id, self.settings.start_position)
+        if start:
+            holder.checkpoint(str(start), None)  # durable, so a takeover resumes here too
+        return start
+
+    def _position_new_group(self, partitions: Mapping[str, PartitionInfo]) -> None:
+        """A new group: write each partition's start position (LATEST, AT_*) into its lease.
+
+        Parents first; an ENDED partition entirely before the position becomes SHARD_END
+        only when its parents did too, so children never start ahead of an ancestor.
+        """
+        listed = {lease.partition_id: lease for lease in self.tables.list_leases(self.group)}
+        written: dict[str, str] = {}
+        for partition in lineage_order(partitions.values()):
+            lease = listed.get(partition.partition_id)
+            if lease is None or lease.counter != 0 or lease.checkpoint is not None:
+                continue
+            try:
+                taken = self.leases.take(lease, self.worker_id)
+            except LeaseLostError:
+                continue  # another new worker is positioning it
+            try:
+                start = resolve_start(
+                    self.reader, partition.partition_id, self.settings.start_position
+                )
+                parents_ended = all(
+                    written.get(p) == C.SHARD_END for p in partition.parents if p in partitions
+                )
+                value = str(start)
+                if partition.state == C.STATE_ENDED and start >= partition.next_seq:
+                    value = C.SHARD_END if parents_ended else str(partition.next_seq)
+                if value != "0":
+                    taken = self.leases.checkpoint(taken, value)
+                written[partition.partition_id] = value
+            finally:
+                self.leases.release(taken)
+        logger.info(
+            "%s: new group %s positioned at %s: %s",
+            self.worker_id,
+            self.group,
+            self.settings.start_position.describe(),
+            ", ".join(f"{p}={v}" for p, v in sorted(written.items())),
+        )
+
+    def _close_pool(self) -> None:
+        self._closed = True
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

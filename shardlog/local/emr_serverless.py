@@ -1,0 +1,256 @@
+"""Make moto's EMR Serverless run job runs: StartJobRun starts a real local spark-submit.
+
+moto 5.x stores a job run and reports it SUCCESS at once without running anything, and
+its ListJobRuns fails on an application that has no run yet. ``apply()`` patches the
+in-process backend (the server side: every boto3 client sees it) so that:
+
+- StartJobRun returns at once with state SUBMITTED and starts, in a thread, the
+  ``spark-submit`` of the installed pyspark on ``local[2]`` for the run's entryPoint with
+  its entryPointArguments. An ``s3://`` entryPoint is read from the embedded S3 (the
+  scripts are deployed there, as on AWS); a local path is used as is;
+- the run is RUNNING while the process lives, then SUCCESS (exit 0) or FAILED with the
+  end of its log in ``stateDetails``; CancelJobRun kills it (CANCELLING, then CANCELLED);
+- a repeated ``clientToken`` on the same application returns the first run: no second run;
+- ListJobRuns of an application with no run is an empty list, newest run first.
+
+sparkSubmitParameters that only make sense on EMR (``spark.archives`` from S3, the
+``spark.emr-serverless.*`` settings, the Python interpreter and path of the archive) are
+dropped: locally the job runs with this virtualenv's interpreter, whose packages are what
+the archive ships on EMR. Other ``--conf`` pairs pass through. pyspark is imported only
+when a run starts. Logs: ``<tmp>/shardlog-emr-serverless/<job run id>/spark-submit.log``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from moto.emrserverless import models as emr_models
+
+LOG_ROOT = Path(tempfile.gettempdir()) / "shardlog-emr-serverless"
+LOCAL_MASTER = "local[2]"
+ACTIVE_STATES = ("SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED", "CANCELLING")
+_EMR_ONLY_CONF_PREFIXES = (
+    "spark.archives",
+    "spark.submit.pyFiles",
+    "spark.emr-serverless.",
+    "spark.executorEnv.PYSPARK_PYTHON",
+    "spark.executorEnv.PYTHONPATH",
+)
+_LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",  # local[2]: one shuffle partition per core
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+    # Short jobs on a small machine: the C1 JIT alone starts faster and is enough here.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+_DETAILS_CHARS = 2000
+
+_lock = threading.RLock()
+_processes: dict[str, subprocess.Popen[bytes]] = {}
+_original: dict[str, Any] = {}
+_applied = False
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def local_spark_conf(spark_submit_parameters: str | None) -> list[str]:
+    """The ``--conf`` arguments of a run that make sense locally, after ours."""
+    confs = dict(_LOCAL_CONF)
+    words = shlex.split(spark_submit_parameters or "")
+    for flag, value in itertools.pairwise(words):
+        if flag != "--conf" or "=" not in value:
+            continue
+        key, _, setting = value.partition("=")
+        if not key.startswith(_EMR_ONLY_CONF_PREFIXES):
+            confs[key] = setting
+    return [arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")]
+
+
+def spark_submit_executable() -> Path:
+    """The ``spark-submit`` of the installed pyspark (raises if pyspark is missing)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("pyspark is not installed: pip install 'shardlog[spark]'")
+    return Path(spec.origin).parent / "bin" / "spark-submit"
+
+
+def _entry_point_file(job_run: Any, account_id: str, workdir: Path) -> Path:
+    entry = str(job_run.job_driver["sparkSubmit"]["entryPoint"])
+    if not entry.startswith("s3://"):
+        return Path(entry.removeprefix("file://"))
+    from moto.s3.models import s3_backends
+
+    bucket, _, key = entry.removeprefix("s3://").partition("/")
+    s3 = s3_backends[account_id]["aws"]
+    stored = s3.get_object(bucket, key)
+    if stored is None:
+        raise FileNotFoundError(f"entryPoint {entry} is not in the embedded S3")
+    target = workdir / Path(key).name
+    target.write_bytes(stored.value)
+    return target
+
+
+def _command(job_run: Any, entry: Path) -> list[str]:
+    driver = job_run.job_driver["sparkSubmit"]
+    return [
+        str(spark_submit_executable()),
+        "--master",
+        LOCAL_MASTER,
+        "--name",
+        job_run.name or job_run.id,
+        *local_spark_conf(driver.get("sparkSubmitParameters")),
+        str(entry),
+        *[str(a) for a in driver.get("entryPointArguments", [])],
+    ]
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        PYARROW_IGNORE_TIMEZONE="1",
+        SPARK_LOCAL_IP="127.0.0.1",  # the driver and its block manager stay on loopback
+    )
+    return env
+
+
+def _set_state(job_run: Any, state: str, details: str | None = None) -> None:
+    now = _now()
+    with _lock:
+        if job_run.state in ("CANCELLING", "CANCELLED") and state != "CANCELLED":
+            return
+        job_run.state = state
+        if details is not None:
+            job_run.state_details = details
+        job_run.updated_at = now
+        if state == "RUNNING":
+            job_run.started_at = now
+        if state in ("SUCCESS", "FAILED", "CANCELLED"):
+            job_run.ended_at = now
+            started = getattr(job_run, "started_at", None) or job_run.created_at
+            job_run.total_execution_duration_seconds = int((now - started).total_seconds())
+
+
+def _tail(path: Path) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return text[-_DETAILS_CHARS:]
+
+
+def _run(job_run: Any, account_id: str) -> None:
+    workdir = LOG_ROOT / job_run.id
+    log_path = workdir / "spark-submit.log"
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        command = _command(job_run, _entry_point_file(job_run, account_id, workdir))
+        with log_path.open("wb") as log, _lock:
+            if job_run.state == "CANCELLING":
+                _set_state(job_run, "CANCELLED", "cancelled before it started")
+                return
+            process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_environment(),
+                cwd=workdir,
+                start_new_session=True,
+            )
+            _processes[job_run.id] = process
+            _set_state(job_run, "RUNNING", f"local spark-submit, log: {log_path}")
+        timeout_s = 60 * int(job_run.execution_timeout_minutes)
+        try:
+            code = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            _set_state(job_run, "FAILED", f"timed out after {timeout_s}s; log: {log_path}")
+            return
+        if job_run.state == "CANCELLING":
+            _set_state(job_run, "CANCELLED", f"cancelled; log: {log_path}")
+        elif code == 0:
+            _set_state(job_run, "SUCCESS", f"log: {log_path}")
+        else:
+            _set_state(job_run, "FAILED", f"spark-submit exited {code}:\n{_tail(log_path)}")
+    except Exception as exc:  # a run that cannot start fails; the server must not
+        _set_state(job_run, "FAILED", f"could not run locally: {exc}")
+    finally:
+        with _lock:
+            _processes.pop(job_run.id, None)
+
+
+def _start_job_run(self: emr_models.EMRServerlessBackend, **kwargs: Any) -> Any:
+    with _lock:
+        token = kwargs.get("client_token")
+        application_id = kwargs["application_id"]
+        for existing in self.job_runs.get(application_id, []):
+            if token and existing.client_token == token:
+                return existing  # idempotent: the same token never starts a second run
+        job_run = _original["start_job_run"](self, **kwargs)
+        job_run.created_at = job_run.updated_at = _now()
+        job_run.state = "SUBMITTED"
+        job_run.state_details = None
+    threading.Thread(
+        target=_run, args=(job_run, self.account_id), name=f"emr-{job_run.id}", daemon=True
+    ).start()
+    return job_run
+
+
+def _list_job_runs(self: emr_models.EMRServerlessBackend, **kwargs: Any) -> list[Any]:
+    application_id = kwargs["application_id"]
+    self.get_application(application_id)  # ResourceNotFound for an unknown application
+    with _lock:
+        self.job_runs.setdefault(application_id, [])
+        runs = _original["list_job_runs"](self, **kwargs)
+    return sorted(runs, key=lambda run: run.created_at, reverse=True)
+
+
+def _cancel_job_run(
+    self: emr_models.EMRServerlessBackend, application_id: str, job_run_id: str
+) -> tuple[str, str]:
+    job_run = self.get_job_run(application_id, job_run_id)
+    with _lock:
+        if job_run.state in ("SUCCESS", "FAILED", "CANCELLED"):
+            return application_id, job_run_id
+        process = _processes.get(job_run_id)
+        _set_state(job_run, "CANCELLING")
+        if process is not None:  # else not started yet: the runner never starts it
+            process.kill()
+    return application_id, job_run_id
+
+
+def _kill_all() -> None:
+    with _lock:
+        for process in list(_processes.values()):
+            process.kill()
+
+
+def apply() -> None:
+    """Install the patches (idempotent). Call before the moto server takes requests."""
+    global _applied
+    with _lock:
+        if _applied:
+            return
+        backend = emr_models.EMRServerlessBackend
+        _original["start_job_run"] = backend.start_job_run
+        _original["list_job_runs"] = backend.list_job_runs
+        backend.start_job_run = _start_job_run  # type: ignore[method-assign,assignment]
+        backend.list_job_runs = _list_job_runs  # type: ignore[method-assign,assignment]
+        backend.cancel_job_run = _cancel_job_run  # type: ignore[method-assign]
+        atexit.register(_kill_all)  # no spark-submit outlives the embedded AWS's process
+        _applied = True

@@ -1,0 +1,148 @@
+"""The analytics side of the embedded AWS: what infra/analytics.py creates on AWS.
+
+An EMR Serverless application (on the stack's release label), a job execution role, and an
+artifacts bucket holding spark_jobs/ at the prefix the stack deploys it to. Job runs of the
+application execute with a local spark-submit (shardlog/local/emr_serverless.py). Idempotent:
+``shardlog spark run`` calls it before each run against the embedded AWS.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shardlog import constants as C
+from shardlog.aws import Clients
+from shardlog.config import ShardlogConfig
+from shardlog.exceptions import aws_error_code
+from shardlog.spark.exceptions import JobRunError
+from shardlog.spark.jobs import ANALYTICS, COMPACT, SCRIPTS_PREFIX, JobArgs
+from shardlog.spark.trigger import SparkTarget, SparkTrigger
+from shardlog.tables import Tables
+
+ARTIFACTS_BUCKET = "shardlog-artifacts"
+APPLICATION_NAME = "shardlog-spark"
+EXECUTION_ROLE_NAME = "shardlog-spark-execution"
+_ASSUME_ROLE = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "emr-serverless.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ],
+}
+
+
+def spark_jobs_dir() -> Path:
+    import spark_jobs
+
+    # __path__, not __file__: an editable install made before spark_jobs/ held an
+    # __init__.py imports it as a namespace package, which has no __file__.
+    return Path(next(iter(spark_jobs.__path__))).resolve()
+
+
+def deploy_scripts(clients: Clients, bucket: str, scripts_dir: Path) -> list[str]:
+    """Upload the job scripts, as the stack's BucketDeployment does."""
+    try:
+        clients.s3.create_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if aws_error_code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise
+    keys = []
+    for script in sorted(scripts_dir.glob("*.py")):
+        key = f"{SCRIPTS_PREFIX}{script.name}"
+        clients.s3.put_object(Bucket=bucket, Key=key, Body=script.read_bytes())
+        keys.append(key)
+    return keys
+
+
+def _execution_role_arn(clients: Clients) -> str:
+    iam = clients.client("iam")
+    try:
+        role = iam.create_role(
+            RoleName=EXECUTION_ROLE_NAME, AssumeRolePolicyDocument=json.dumps(_ASSUME_ROLE)
+        )
+    except ClientError as exc:
+        if aws_error_code(exc) != "EntityAlreadyExists":
+            raise
+        role = iam.get_role(RoleName=EXECUTION_ROLE_NAME)
+    return str(role["Role"]["Arn"])
+
+
+def _application_id(clients: Clients, name: str) -> str:
+    emr = clients.client("emr-serverless")
+    for page in emr.get_paginator("list_applications").paginate():
+        for app in page["applications"]:
+            if app["name"] == name and app["state"] != "TERMINATED":
+                return str(app["id"])
+    created = emr.create_application(name=name, releaseLabel=C.EMR_RELEASE_LABEL, type="SPARK")
+    return str(created["applicationId"])
+
+
+def provision_spark(
+    clients: Clients,
+    *,
+    application_name: str = APPLICATION_NAME,
+    artifacts_bucket: str = ARTIFACTS_BUCKET,
+    scripts_dir: Path | None = None,
+) -> SparkTarget:
+    deploy_scripts(clients, artifacts_bucket, scripts_dir or spark_jobs_dir())
+    return SparkTarget(
+        application_id=_application_id(clients, application_name),
+        execution_role_arn=_execution_role_arn(clients),
+        scripts_uri=f"s3://{artifacts_bucket}/{SCRIPTS_PREFIX}",
+    )
+
+
+def run_jobs_and_verify(
+    clients: Clients,
+    config: ShardlogConfig,
+    *,
+    timeout_s: float = 900.0,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Compaction then analytics through StartJobRun, as the schedules would start them;
+    then check the compacted rows are exactly the committed log: (summary, violations)."""
+    from shardlog.spark.summary import load_summary, render_table
+
+    target = provision_spark(clients)
+    trigger = SparkTrigger(clients.client("emr-serverless"), target, JobArgs.from_config(config))
+    now = datetime.now(UTC)
+    for job in (COMPACT, ANALYTICS):
+        started = time.monotonic()
+        result = trigger.trigger(job, now)
+        if result.job_run_id is None:
+            return {}, [f"spark {job}: not started, active runs {result.active_run_ids}"]
+        try:
+            trigger.wait(result.job_run_id, timeout_s, poll_s=0.5)
+        except JobRunError as exc:
+            return {}, [f"spark {job}: {exc}"]
+        log(
+            f"spark {job}: job run {result.job_run_id} SUCCESS in {time.monotonic() - started:.1f}s"
+        )
+    summary = load_summary(clients, config.bucket)
+    log(render_table(summary))
+    heads = {p.partition_id: p.next_seq for p in Tables(clients, config.tables).list_partitions()}
+    violations = []
+    if summary["duplicateRows"]:
+        violations.append(f"compacted Parquet has {summary['duplicateRows']} duplicate rows")
+    rows = {p["partitionId"]: p for p in summary["partitions"]}
+    for partition_id, head in heads.items():
+        got = rows.get(partition_id)
+        if head and (
+            got is None or (got["rows"], got["minSeq"], got["maxSeq"]) != (head, 0, head - 1)
+        ):
+            violations.append(f"{partition_id}: log has seqs [0, {head}), compacted rows are {got}")
+    if summary["records"] != sum(heads.values()):
+        violations.append(
+            f"compacted {summary['records']} rows, the log holds {sum(heads.values())} records"
+        )
+    return summary, violations

@@ -1,0 +1,191 @@
+"""Executor-side I/O of the Spark jobs, with no JAR: boto3 for S3, pyarrow for Parquet.
+
+pip's pyspark has no s3a connector and Maven is out of reach, so Spark's own readers and
+writers cannot touch S3 here; on EMR they could (EMRFS), but then local and EMR runs would
+take different code paths. Instead the data moves through ``mapInArrow`` functions that run
+in the executors and talk to S3 with boto3, exactly like the rest of shardlog:
+
+- ``SegmentReader``: a task per committed segment: GetObject, ``decode_segment`` (stdlib),
+  check it is the segment the driver planned (density), emit Arrow record batches;
+- ``FileWriter``: rows arrive grouped by ``file_key`` and sorted by seq; each group becomes
+  one Parquet object, written with a single PutObject at its deterministic key, so a retry
+  overwrites it (S3 PUT is atomic: a reader sees the old or the new object, never half);
+- ``FileReader``: a task per Parquet object: GetObject, ``pyarrow.parquet.read_table``.
+
+The functions are picklable objects holding only a ``ShardlogConfig`` (names, region,
+endpoint), so each executor builds its own clients from its own credentials.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shardlog.config import ShardlogConfig
+from shardlog.exceptions import CorruptLogError
+from shardlog.format import Segment, decode_segment
+
+UTC_MICROS = pa.timestamp("us", tz="UTC")
+
+# One record of the log, as the jobs see it (and as the compacted Parquet holds it).
+RECORD_COLUMNS = (
+    "partition_id",
+    "seq",
+    "partition_key",
+    "data",
+    "kinesis_sequence_number",
+    "arrival_time",
+    "committed_at",
+)
+RECORD_SCHEMA = (
+    "partition_id string, seq long, partition_key string, data binary, "
+    "kinesis_sequence_number string, arrival_time timestamp, committed_at timestamp"
+)
+ARROW_RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("partition_id", pa.string(), nullable=False),
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("partition_key", pa.string(), nullable=False),
+        pa.field("data", pa.binary(), nullable=False),
+        pa.field("kinesis_sequence_number", pa.string(), nullable=False),
+        pa.field("arrival_time", UTC_MICROS, nullable=False),
+        pa.field("committed_at", UTC_MICROS, nullable=False),
+    ]
+)
+SEGMENT_TASK_SCHEMA = "partition_id string, key string, first_seq long, next_seq long"
+FILE_TASK_SCHEMA = "key string"
+FILE_STATS_SCHEMA = (
+    "file_key string, partition_id string, records long, bytes long, first_seq long, last_seq long"
+)
+_ARROW_FILE_STATS = pa.schema(
+    [
+        ("file_key", pa.string()),
+        ("partition_id", pa.string()),
+        ("records", pa.int64()),
+        ("bytes", pa.int64()),
+        ("first_seq", pa.int64()),
+        ("last_seq", pa.int64()),
+    ]
+)
+
+
+def segment_batch(segment: Segment) -> pa.RecordBatch:
+    """The records of one segment as an Arrow batch; ``committed_at`` = the segment's
+    ``written_at_ms``, stamped by the writer just before the commit."""
+    records = segment.records
+    count = len(records)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([segment.partition_id] * count, pa.string()),
+            pa.array([r.seq for r in records], pa.int64()),
+            pa.array([r.partition_key for r in records], pa.string()),
+            pa.array([r.data for r in records], pa.binary()),
+            pa.array([r.kinesis_sequence_number for r in records], pa.string()),
+            pa.array([r.arrival_ms * 1000 for r in records], UTC_MICROS),
+            pa.array([segment.written_at_ms * 1000] * count, UTC_MICROS),
+        ],
+        schema=ARROW_RECORD_SCHEMA,
+    )
+
+
+def check_segment(segment: Segment, partition_id: str, first_seq: int, next_seq: int) -> None:
+    """The segment is the one planned: same partition, starts and ends where the chain says."""
+    if (segment.partition_id, segment.first_seq, segment.next_seq) != (
+        partition_id,
+        first_seq,
+        next_seq,
+    ):
+        raise CorruptLogError(
+            f"{partition_id}: expected the segment of seqs [{first_seq}, {next_seq}), found "
+            f"{segment.partition_id} [{segment.first_seq}, {segment.next_seq}): "
+            "a committed segment is missing or misplaced"
+        )
+
+
+@dataclass(frozen=True)
+class SegmentReader:
+    config: ShardlogConfig
+
+    def __call__(self, tasks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        s3 = self.config.clients().s3
+        for batch in tasks:
+            for task in batch.to_pylist():
+                body = s3.get_object(Bucket=self.config.bucket, Key=task["key"])["Body"].read()
+                segment = decode_segment(body)
+                check_segment(segment, task["partition_id"], task["first_seq"], task["next_seq"])
+                yield segment_batch(segment)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+@dataclass(frozen=True)
+class FileWriter:
+    """Writes each ``file_key`` group of a Spark partition to its own Parquet object."""
+
+    config: ShardlogConfig
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        received = [b for b in batches if b.num_rows]
+        if not received:
+            return
+        table = pa.Table.from_batches(received)
+        s3 = self.config.clients().s3
+        keys = table.column("file_key").to_pylist()
+        start = 0
+        stats: list[dict[str, object]] = []
+        for file_key, group in itertools.groupby(keys):
+            length = sum(1 for _ in group)
+            rows = table.slice(start, length)
+            start += length
+            body = parquet_bytes(rows.select(list(RECORD_COLUMNS)))
+            s3.put_object(Bucket=self.config.bucket, Key=file_key, Body=body)
+            seqs = rows.column("seq")
+            stats.append(
+                {
+                    "file_key": file_key,
+                    "partition_id": rows.column("partition_id")[0].as_py(),
+                    "records": length,
+                    "bytes": len(body),
+                    "first_seq": pc.min(seqs).as_py(),
+                    "last_seq": pc.max(seqs).as_py(),
+                }
+            )
+        yield pa.RecordBatch.from_pylist(stats, schema=_ARROW_FILE_STATS)
+
+
+@dataclass(frozen=True)
+class FileReader:
+    """Reads compacted Parquet objects back as record batches of ``ARROW_RECORD_SCHEMA``."""
+
+    config: ShardlogConfig
+
+    def __call__(self, tasks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        s3 = self.config.clients().s3
+        for batch in tasks:
+            for task in batch.to_pylist():
+                body = s3.get_object(Bucket=self.config.bucket, Key=task["key"])["Body"].read()
+                table = read_parquet(body)
+                yield from table.to_batches()
+
+
+def read_parquet(body: bytes) -> pa.Table:
+    """A compacted file's records, in the record schema (date and hour live in the key)."""
+    table = pq.read_table(pa.BufferReader(body), partitioning=None)
+    return table.select(list(RECORD_COLUMNS)).cast(ARROW_RECORD_SCHEMA)
+
+
+def put_table(config: ShardlogConfig, key: str, table: pa.Table) -> int:
+    """Write a small table from the driver (analytics results); returns its size."""
+    body = parquet_bytes(table)
+    config.clients().s3.put_object(Bucket=config.bucket, Key=key, Body=body)
+    return len(body)

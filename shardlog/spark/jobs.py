@@ -1,0 +1,159 @@
+"""The Spark jobs as EMR Serverless sees them: names, ``entryPointArguments``, parameters.
+
+The trigger (Lambda and CLI) builds a run from here and the job scripts parse their
+arguments with the same ``JobArgs``, so the two can never disagree on a flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shardlog import constants as C
+from shardlog.config import ShardlogConfig
+
+COMPACT = "compact"
+ANALYTICS = "analytics"
+JOBS = (COMPACT, ANALYTICS)
+DEFAULT_TOP_KEYS = 20
+# EMR 7.1+ images carry Python 3.11 beside the default 3.9 (EMR release guide, application
+# versions); shardlog needs 3.10+, so both the driver and the executors use it.
+EMR_PYTHON = "/usr/bin/python3.11"
+# spark.archives unpacks the archive into each container's working directory under this name.
+DEPS_ALIAS = "shardlog_deps"
+RUN_TIMEOUT_MINUTES = {COMPACT: 120, ANALYTICS: 60}
+# Where the stack deploys spark_jobs/ and the archive in the artifacts bucket (infra/constants.py
+# JOB_SCRIPTS_PREFIX and SPARK_DEPS_PREFIX; tests/spark checks they agree).
+SCRIPTS_PREFIX = "spark_jobs/"
+DEPS_PREFIX = "spark_deps/"
+ARCHIVE_NAME = "spark_jobs_deps.tar.gz"
+# The analytics job's summary, which `shardlog spark summary` renders.
+SUMMARY_KEY = f"{C.ANALYTICS_PREFIX}summary.json"
+
+
+def run_name(job: str) -> str:
+    """The job run name; the trigger finds a job's active runs by it."""
+    _check(job)
+    return f"shardlog-{job}"
+
+
+def entry_point(scripts_uri: str, job: str) -> str:
+    """``s3://<artifacts>/spark_jobs/`` + ``compact.py``: where the script was deployed."""
+    _check(job)
+    return f"{scripts_uri.rstrip('/')}/{job}.py"
+
+
+def spark_submit_parameters(deps_uri: str | None) -> str:
+    """Ship shardlog, pyarrow and boto3 as an archive, and run both sides on Python 3.11."""
+    confs = [
+        ("spark.emr-serverless.driverEnv.PYSPARK_PYTHON", EMR_PYTHON),
+        ("spark.executorEnv.PYSPARK_PYTHON", EMR_PYTHON),
+        ("spark.sql.session.timeZone", "UTC"),
+    ]
+    if deps_uri:
+        confs += [
+            ("spark.archives", f"{deps_uri}#{DEPS_ALIAS}"),
+            ("spark.emr-serverless.driverEnv.PYTHONPATH", f"./{DEPS_ALIAS}"),
+            ("spark.executorEnv.PYTHONPATH", f"./{DEPS_ALIAS}"),
+        ]
+    return " ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in confs)
+
+
+def _check(job: str) -> None:
+    if job not in JOBS:
+        raise ValueError(f"unknown Spark job {job!r}; one of {', '.join(JOBS)}")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+@dataclass(frozen=True)
+class JobArgs:
+    """What a job needs to find the log: its ``entryPointArguments``."""
+
+    bucket: str
+    partitions_table: str
+    consumers_table: str
+    region: str = C.DEFAULT_REGION
+    endpoint_url: str | None = None
+    max_records: int = C.DEFAULT_COMPACTION_MAX_RECORDS
+    top_keys: int = DEFAULT_TOP_KEYS
+
+    @classmethod
+    def from_config(cls, config: ShardlogConfig, **overrides: int) -> JobArgs:
+        return cls(
+            bucket=config.bucket,
+            partitions_table=config.partitions_table,
+            consumers_table=config.consumers_table,
+            region=config.region,
+            endpoint_url=config.endpoint_url,
+            **overrides,
+        )
+
+    def config(self) -> ShardlogConfig:
+        return ShardlogConfig(
+            bucket=self.bucket,
+            partitions_table=self.partitions_table,
+            consumers_table=self.consumers_table,
+            region=self.region,
+            endpoint_url=self.endpoint_url,
+        )
+
+    def to_argv(self) -> list[str]:
+        argv = [
+            "--bucket",
+            self.bucket,
+            "--partitions-table",
+            self.partitions_table,
+            "--consumers-table",
+            self.consumers_table,
+            "--region",
+            self.region,
+            "--max-records",
+            str(self.max_records),
+            "--top-keys",
+            str(self.top_keys),
+        ]
+        if self.endpoint_url:
+            argv += ["--endpoint-url", self.endpoint_url]
+        return argv
+
+    @classmethod
+    def parser(cls, description: str) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(description=description)
+        parser.add_argument("--bucket", required=True, help="The log bucket.")
+        parser.add_argument("--partitions-table", required=True)
+        parser.add_argument("--consumers-table", required=True)
+        parser.add_argument("--region", default=C.DEFAULT_REGION)
+        parser.add_argument(
+            "--endpoint-url", default=None, help="The embedded AWS's URL (local runs only)."
+        )
+        parser.add_argument(
+            "--max-records",
+            type=_positive,
+            default=C.DEFAULT_COMPACTION_MAX_RECORDS,
+            help="Compaction: records per partition per run at most (whole segments).",
+        )
+        parser.add_argument(
+            "--top-keys", type=_positive, default=DEFAULT_TOP_KEYS, help="Analytics: top N keys."
+        )
+        return parser
+
+    @classmethod
+    def parse(cls, argv: Sequence[str] | None, description: str = "") -> JobArgs:
+        ns = cls.parser(description).parse_args(argv)
+        return cls(
+            bucket=ns.bucket,
+            partitions_table=ns.partitions_table,
+            consumers_table=ns.consumers_table,
+            region=ns.region,
+            endpoint_url=ns.endpoint_url,
+            max_records=ns.max_records,
+            top_keys=ns.top_keys,
+        )

@@ -1,0 +1,1 @@
+"""PySpark jobs: entry points on EMR Serverless and in local mode (docs/SPARK.md)."""

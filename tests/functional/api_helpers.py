@@ -1,0 +1,150 @@
+"""Helpers for the producer API tests: the handler served over HTTP on 127.0.0.1 against the
+embedded AWS, a raw HTTP client (to send exactly the bytes and headers a test wants), and
+a read of the whole Kinesis stream."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from lambdas.producer_api.handler import create_handler
+from lambdas.producer_api.settings import ProducerApiSettings
+from shardlog.aws import RequestCounter
+from shardlog.clock import ManualClock
+from shardlog.config import ShardlogConfig
+from shardlog.local.http_api import LocalApiServer
+from shardlog.producer import Producer
+from shardlog.shardsync import list_shards
+from tests.conftest import AwsEnv
+
+
+@dataclass
+class HttpAnswer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers.items() if k.lower() == name.lower()), None)
+
+
+def send(
+    url: str,
+    method: str,
+    path: str,
+    body: bytes | str | None = None,
+    headers: dict[str, str] | None = None,
+) -> HttpAnswer:
+    """One request with exactly these headers (plus Host and Content-Length)."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=60)
+    try:
+        payload = body.encode() if isinstance(body, str) else body
+        connection.request(method, path, body=payload, headers=headers or {})
+        response = connection.getresponse()
+        return HttpAnswer(response.status, dict(response.getheaders()), response.read())
+    finally:
+        connection.close()
+
+
+def post_json(url: str, document: Any, content_type: str = "application/json") -> HttpAnswer:
+    body = document if isinstance(document, bytes | str) else json.dumps(document)
+    return send(url, "POST", "/v1/records", body, {"Content-Type": content_type})
+
+
+@dataclass
+class ApiUnderTest:
+    url: str
+    aws: AwsEnv
+    clock: ManualClock
+    requests: RequestCounter  # every AWS request the handler sent
+    server: LocalApiServer = field(repr=False)
+
+    @property
+    def kinesis_puts(self) -> int:
+        counts = self.requests.snapshot()
+        return counts["kinesis.PutRecords"] + counts["kinesis.PutRecord"]
+
+
+@dataclass(frozen=True)
+class StreamRecord:
+    shard_id: str
+    sequence_number: str
+    partition_key: str
+    data: bytes
+
+
+def read_stream(aws: AwsEnv) -> list[StreamRecord]:
+    """Every record in the stream, shard by shard, in sequence order."""
+    kinesis = aws.clients.kinesis
+    out: list[StreamRecord] = []
+    for shard in list_shards(kinesis, aws.config.stream_name):
+        iterator = kinesis.get_shard_iterator(
+            StreamName=aws.config.stream_name,
+            ShardId=shard["ShardId"],
+            ShardIteratorType="TRIM_HORIZON",
+        )["ShardIterator"]
+        for _ in range(1000):  # bounded: a page per call until an empty page
+            response = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+            if not response["Records"]:
+                break
+            out += [
+                StreamRecord(shard["ShardId"], r["SequenceNumber"], r["PartitionKey"], r["Data"])
+                for r in response["Records"]
+            ]
+            iterator = response.get("NextShardIterator")
+    return out
+
+
+def serve(
+    aws: AwsEnv,
+    clock: ManualClock,
+    producer_class: type[Producer] | None = None,
+    serve_docs: bool = False,
+    settings: dict[str, Any] | None = None,
+    **producer_kwargs: Any,
+) -> Iterator[ApiUnderTest]:
+    clients = aws.fresh_clients()
+    requests = RequestCounter().attach(clients)
+    api_settings = ProducerApiSettings(stream_name=aws.config.stream_name, **(settings or {}))
+    producer = None
+    if producer_class is not None:
+        producer = producer_class(
+            api_settings.stream_name,
+            clients,
+            max_attempts=api_settings.max_attempts,
+            base_backoff_s=api_settings.base_backoff_ms / 1000,
+            max_backoff_s=api_settings.max_backoff_ms / 1000,
+            clock=clock,
+            **producer_kwargs,
+        )
+    handle = create_handler(api_settings, clients, clock, producer=producer, serve_docs=serve_docs)
+    with LocalApiServer(handle) as server:
+        yield ApiUnderTest(server.url, aws, clock, requests, server)
+
+
+def stream_env(endpoint_url: str, shard_count: int = 2) -> AwsEnv:
+    """A fresh stream only (the API needs no table or bucket): quicker than make_env."""
+    config = ShardlogConfig(stream_name=f"api-{uuid.uuid4().hex[:12]}", endpoint_url=endpoint_url)
+    clients = config.clients()
+    clients.kinesis.create_stream(StreamName=config.stream_name, ShardCount=shard_count)
+    clients.kinesis.get_waiter("stream_exists").wait(
+        StreamName=config.stream_name, WaiterConfig={"Delay": 0.05, "MaxAttempts": 200}
+    )
+    return AwsEnv(config, clients, RequestCounter().attach(clients))
+
+
+@pytest.fixture
+def api(endpoint_url: str, clock: ManualClock) -> Iterator[ApiUnderTest]:
+    yield from serve(stream_env(endpoint_url), clock)

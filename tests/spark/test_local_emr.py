@@ -1,0 +1,111 @@
+"""The embedded AWS's EMR Serverless runs job runs with a real local spark-submit."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardlog.local.emr_serverless import LOG_ROOT, local_spark_conf
+from shardlog.local.spark import provision_spark
+from shardlog.spark.trigger import TERMINAL_STATES, SparkTarget
+from tests.conftest import AwsEnv
+from tests.spark.helpers import BLOCKING_JOB, FAILING_JOB, OK_JOB, wait_state
+
+
+@pytest.fixture
+def scripts(tmp_path: Path) -> Path:
+    (tmp_path / "ok.py").write_text(OK_JOB)
+    (tmp_path / "failing.py").write_text(FAILING_JOB)
+    (tmp_path / "blocking.py").write_text(BLOCKING_JOB)
+    return tmp_path
+
+
+@pytest.fixture
+def target(aws: AwsEnv, scripts: Path) -> SparkTarget:
+    suffix = uuid.uuid4().hex[:8]
+    return provision_spark(
+        aws.clients,
+        application_name=f"test-{suffix}",
+        artifacts_bucket=f"artifacts-{suffix}",
+        scripts_dir=scripts,
+    )
+
+
+def start(aws: AwsEnv, target: SparkTarget, script: str, token: str | None = None) -> str:
+    response = aws.clients.client("emr-serverless").start_job_run(
+        applicationId=target.application_id,
+        clientToken=token or uuid.uuid4().hex,
+        executionRoleArn=target.execution_role_arn,
+        name=script,
+        jobDriver={
+            "sparkSubmit": {
+                "entryPoint": f"{target.scripts_uri}{script}.py",
+                "entryPointArguments": ["--answer", "42"],
+                "sparkSubmitParameters": "--conf spark.archives=s3://x/deps.tar.gz#deps "
+                "--conf spark.sql.shuffle.partitions=3",
+            }
+        },
+    )
+    return str(response["jobRunId"])
+
+
+def job_run(aws: AwsEnv, target: SparkTarget, run_id: str) -> dict[str, Any]:
+    emr = aws.clients.client("emr-serverless")
+    return dict(emr.get_job_run(applicationId=target.application_id, jobRunId=run_id)["jobRun"])
+
+
+def wait_terminal(aws: AwsEnv, target: SparkTarget, run_id: str) -> Any:
+    emr = aws.clients.client("emr-serverless")
+    return wait_state(emr, target.application_id, run_id, TERMINAL_STATES)
+
+
+def test_a_job_that_succeeds_reports_success(aws: AwsEnv, target: SparkTarget) -> None:
+    run_id = start(aws, target, "ok")
+    assert job_run(aws, target, run_id)["state"] in ("SUBMITTED", "RUNNING")
+    run = wait_terminal(aws, target, run_id)
+    assert run["state"] == "SUCCESS", run.get("stateDetails")
+    assert run["startedAt"] <= run["endedAt"]
+
+
+def test_a_job_that_fails_reports_failed_with_its_output(aws: AwsEnv, target: SparkTarget) -> None:
+    run = wait_terminal(aws, target, start(aws, target, "failing"))
+    assert run["state"] == "FAILED"
+    assert "this job fails on purpose" in run["stateDetails"]
+
+
+def test_running_while_the_process_lives_and_idempotent_client_token(
+    aws: AwsEnv, target: SparkTarget
+) -> None:
+    run_id = start(aws, target, "blocking", token="same-token")
+    assert start(aws, target, "blocking", token="same-token") == run_id  # no second run
+    emr = aws.clients.client("emr-serverless")
+    wait_state(emr, target.application_id, run_id, ("RUNNING",))
+    listed = emr.list_job_runs(applicationId=target.application_id, states=["RUNNING"])
+    assert [r["id"] for r in listed["jobRuns"]] == [run_id]
+    (LOG_ROOT / run_id / "release").write_text("")
+    assert wait_terminal(aws, target, run_id)["state"] == "SUCCESS"
+    assert (
+        emr.list_job_runs(applicationId=target.application_id, states=["RUNNING"])["jobRuns"] == []
+    )
+
+
+def test_an_application_without_runs_lists_none(aws: AwsEnv, target: SparkTarget) -> None:
+    emr = aws.clients.client("emr-serverless")
+    assert emr.list_job_runs(applicationId=target.application_id)["jobRuns"] == []
+
+
+def test_only_local_settings_reach_the_local_spark_submit() -> None:
+    conf = local_spark_conf(
+        "--conf spark.archives=s3://b/deps.tar.gz#shardlog_deps "
+        "--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON=/usr/bin/python3.11 "
+        "--conf spark.executorEnv.PYSPARK_PYTHON=/usr/bin/python3.11 "
+        "--conf spark.sql.session.timeZone=UTC"
+    )
+    pairs = dict(c.split("=", 1) for c in conf[1::2])
+    assert pairs["spark.sql.session.timeZone"] == "UTC"
+    assert pairs["spark.ui.enabled"] == "false"
+    assert not any(k.startswith(("spark.archives", "spark.emr-serverless")) for k in pairs)
+    assert "spark.executorEnv.PYSPARK_PYTHON" not in pairs

@@ -1,0 +1,93 @@
+"""ApiClient request signing: SigV4 (service execute-api) for AWS URLs, nothing on loopback.
+
+Requests are built, never sent: no network.
+"""
+
+from __future__ import annotations
+
+import re
+
+import boto3
+import pytest
+
+from shardlog.api_client import ApiClient, is_loopback
+
+AWS_URL = "https://abc123.execute-api.eu-west-1.amazonaws.com/api"
+
+
+@pytest.fixture
+def session() -> boto3.session.Session:
+    return boto3.session.Session(
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        region_name="us-east-1",
+    )
+
+
+def test_aws_url_is_signed_for_execute_api_in_the_urls_region(
+    session: boto3.session.Session,
+) -> None:
+    client = ApiClient(AWS_URL, session=session)
+    request = client.prepare("POST", "/v1/records", b'{"records": []}')
+
+    assert client.sign and client.region == "eu-west-1"
+    authorization = request.get_header("Authorization")
+    assert authorization is not None
+    scope = re.search(r"Credential=AKIDEXAMPLE/(\d{8})/([^/]+)/([^/]+)/aws4_request", authorization)
+    assert scope is not None, authorization
+    assert scope.group(2, 3) == ("eu-west-1", "execute-api")
+    assert authorization.startswith("AWS4-HMAC-SHA256 ")
+    assert "SignedHeaders=" in authorization and "Signature=" in authorization
+    assert request.get_header("X-amz-date") is not None
+    assert request.full_url == AWS_URL + "/v1/records"
+    assert request.get_method() == "POST"
+    assert request.data == b'{"records": []}'
+
+
+def test_signature_covers_the_body(session: boto3.session.Session) -> None:
+    client = ApiClient(AWS_URL, session=session)
+    first = client.prepare("POST", "/v1/records", b'{"records": [1]}')
+    second = client.prepare("POST", "/v1/records", b'{"records": [2]}')
+    assert first.get_header("Authorization") != second.get_header("Authorization")
+
+
+def test_temporary_credentials_send_their_session_token() -> None:
+    session = boto3.session.Session(
+        aws_access_key_id="ASIAEXAMPLE",
+        aws_secret_access_key="secret",
+        aws_session_token="token-123",
+    )
+    request = ApiClient(AWS_URL, session=session).prepare("GET", "/v1/health", None)
+    assert request.get_header("X-amz-security-token") == "token-123"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:4567", "http://localhost:4567/", "http://[::1]:4567"]
+)
+def test_loopback_is_not_signed(url: str, session: boto3.session.Session) -> None:
+    client = ApiClient(url, session=session)
+    request = client.prepare("POST", "/v1/records", b"{}")
+    assert is_loopback(url) and not client.sign
+    assert request.get_header("Authorization") is None
+    assert request.get_header("Content-type") == "application/json"
+
+
+def test_sign_can_be_forced_either_way(session: boto3.session.Session) -> None:
+    forced = ApiClient("http://127.0.0.1:4567", session=session, sign=True, region="us-west-2")
+    authorization = forced.prepare("GET", "/v1/health", None).get_header("Authorization")
+    assert authorization is not None and "/us-west-2/execute-api/" in authorization
+    unsigned = ApiClient(AWS_URL, session=session, sign=False)
+    assert unsigned.prepare("GET", "/v1/health", None).get_header("Authorization") is None
+
+
+def test_region_falls_back_to_the_session_for_custom_domains(
+    session: boto3.session.Session,
+) -> None:
+    client = ApiClient("https://api.example.com/shardlog", session=session)
+    assert client.sign and client.region == "us-east-1"
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com", "example.com/v1", "http://"])
+def test_non_http_urls_are_refused(url: str) -> None:
+    with pytest.raises(ValueError):
+        ApiClient(url)
