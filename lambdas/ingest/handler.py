@@ -9,8 +9,6 @@ because a batch is committed all or nothing.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -18,6 +16,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import KinesisStreamEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from lambdas.entry import Handler, LazyHandler
 from lambdas.ingest.settings import IngestSettings
 from shardlog import constants as C
 from shardlog.aws import Clients
@@ -29,8 +28,6 @@ from shardlog.writer import LogWriter
 logger = Logger(service=C.POWERTOOLS_SERVICE_NAME)
 metrics = Metrics(namespace=C.METRICS_NAMESPACE, service=C.POWERTOOLS_SERVICE_NAME)
 tracer = Tracer(service=C.POWERTOOLS_SERVICE_NAME)
-
-Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
 def to_incoming(event: KinesisStreamEvent) -> tuple[str, list[IncomingRecord]]:
@@ -100,17 +97,5 @@ def create_handler(
     return handle
 
 
-_handler: Handler | None = None
-
-
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """The Lambda entry point."""
-    global _handler
-    if _handler is None:
-        _handler = create_handler()
-    return _handler(event, context)
-
-
-# In Lambda, import is the cold start: validate settings now, before any record.
-if "AWS_LAMBDA_RUNTIME_API" in os.environ:  # pragma: no cover - only inside Lambda
-    _handler = create_handler()
+handler = LazyHandler(create_handler)
+"""The Lambda entry point."""

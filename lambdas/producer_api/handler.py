@@ -12,8 +12,6 @@ for too large, 415 for a wrong media type, 404/405 for unknown routes and method
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -27,6 +25,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from lambdas.entry import Handler, LazyHandler
 from lambdas.producer_api import batch, spec
 from lambdas.producer_api.batch import ApiError, RecordFailure
 from lambdas.producer_api.checks import (
@@ -55,7 +54,6 @@ logger = Logger(service=C.POWERTOOLS_SERVICE_NAME)
 metrics = Metrics(namespace=C.METRICS_NAMESPACE, service=C.POWERTOOLS_SERVICE_NAME)
 tracer = Tracer(service=C.POWERTOOLS_SERVICE_NAME)
 
-Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 METRIC_API_REQUESTS = "ApiRequests"
 METRIC_API_RECORDS_PUT = "ApiRecordsPut"
@@ -219,17 +217,5 @@ def create_handler(
     return handle
 
 
-_handler: Handler | None = None
-
-
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """The Lambda entry point."""
-    global _handler
-    if _handler is None:
-        _handler = create_handler()
-    return _handler(event, context)
-
-
-# In Lambda, import is the cold start: validate settings now, before any request.
-if "AWS_LAMBDA_RUNTIME_API" in os.environ:  # pragma: no cover - only inside Lambda
-    _handler = create_handler()
+handler = LazyHandler(create_handler)
+"""The Lambda entry point."""

@@ -8,8 +8,6 @@ from the schedule time, so a scheduler retry for the same time never starts a se
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from typing import Any, Literal
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -17,6 +15,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import BaseModel, Field, parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from lambdas.entry import Handler, LazyHandler
 from lambdas.spark_trigger.settings import SparkTriggerSettings
 from shardlog import constants as C
 from shardlog.aws import Clients
@@ -27,7 +26,7 @@ logger = Logger(service=C.POWERTOOLS_SERVICE_NAME)
 metrics = Metrics(namespace=C.METRICS_NAMESPACE, service=C.POWERTOOLS_SERVICE_NAME)
 tracer = Tracer(service=C.POWERTOOLS_SERVICE_NAME)
 
-Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
 METRIC_SPARK_RUNS_STARTED = "SparkRunsStarted"
 METRIC_SPARK_RUNS_SKIPPED = "SparkRunsSkipped"
 
@@ -74,17 +73,5 @@ def create_handler(
     return handle
 
 
-_handler: Handler | None = None
-
-
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """The Lambda entry point."""
-    global _handler
-    if _handler is None:
-        _handler = create_handler()
-    return _handler(event, context)
-
-
-# In Lambda, import is the cold start: validate settings now, before the first schedule.
-if "AWS_LAMBDA_RUNTIME_API" in os.environ:  # pragma: no cover - only inside Lambda
-    _handler = create_handler()
+handler = LazyHandler(create_handler)
+"""The Lambda entry point."""

@@ -28,9 +28,9 @@ def test_missing_or_bad_stream_name_is_a_clear_error(environ: dict[str, str]) ->
 
 @pytest.fixture
 def fresh_entry_point() -> Iterator[None]:
-    handler_module._handler = None
+    handler_module.handler.reset()
     yield
-    handler_module._handler = None
+    handler_module.handler.reset()
 
 
 def context() -> Any:
@@ -60,10 +60,10 @@ def test_entry_point_builds_the_handler_once_from_the_environment(
 ) -> None:
     monkeypatch.setenv(C.ENV_STREAM_NAME, "events")
     first = handler_module.handler(health_event(), context())
-    built = handler_module._handler
+    built = handler_module.handler.built
     second = handler_module.handler(health_event(), context())
     assert first["statusCode"] == second["statusCode"] == 200
-    assert handler_module._handler is built is not None
+    assert handler_module.handler.built is built is not None
 
 
 def test_entry_point_without_settings_fails_before_any_request(
