@@ -19,18 +19,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+import common  # first: makes the repository importable
 
 from lambdas.producer_api.handler import create_handler
 from lambdas.producer_api.settings import ProducerApiSettings
@@ -46,16 +39,9 @@ WARM_UP = 500  # records put before the clock starts
 
 
 @dataclass
-class Row:
-    name: str
-    records: int
-    seconds: float
+class Row(common.Measurement):
     put_records_calls: int
     http_requests: int
-
-    @property
-    def records_per_s(self) -> float:
-        return self.records / self.seconds
 
 
 def make_records(count: int, size: int, keys: int) -> list[ProducerRecord]:

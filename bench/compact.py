@@ -19,10 +19,10 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common  # first: makes the repository importable
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
@@ -45,15 +45,8 @@ BASELINE_PREFIX = "bench-baseline/"
 
 
 @dataclass
-class Row:
-    name: str
-    records: int
-    seconds: float
+class Row(common.Measurement):
     files: int
-
-    @property
-    def records_per_s(self) -> float:
-        return self.records / self.seconds
 
 
 def write_log(config: ShardlogConfig, records: int, segment_records: int) -> None:

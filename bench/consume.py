@@ -17,19 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+import common  # first: makes the repository importable
 
 from shardlog import constants as C
 from shardlog.aws import RequestCounter
@@ -43,16 +36,9 @@ from shardlog.writer import LogWriter, WriterSettings
 
 
 @dataclass
-class Row:
-    name: str
-    records: int
-    seconds: float
+class Row(common.Measurement):
     requests: int
     redelivered: int = 0  # delivered twice: a steal's victim had not checkpointed its batch
-
-    @property
-    def records_per_s(self) -> float:
-        return self.records / self.seconds
 
     @property
     def requests_per_1000(self) -> float:

@@ -17,18 +17,11 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+import common  # first: makes the repository importable
 
 from shardlog.aws import Clients, RequestCounter
 from shardlog.config import ShardlogConfig
@@ -39,15 +32,8 @@ from shardlog.writer import LogWriter, WriterSettings
 
 
 @dataclass
-class Row:
-    name: str
-    records: int
-    seconds: float
+class Row(common.Measurement):
     requests: int
-
-    @property
-    def records_per_s(self) -> float:
-        return self.records / self.seconds
 
     @property
     def requests_per_1000(self) -> float:
