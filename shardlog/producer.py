@@ -18,10 +18,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
-from shardlog.exceptions import ProducerError, ValidationError
+from shardlog.exceptions import ProducerError, ValidationError, aws_error_code
 from shardlog.hashing import parse_explicit_hash_key
 
 
@@ -153,7 +155,21 @@ class Producer:
         queue = deque(_Pending(i, r) for i, r in enumerate(validated))
         while queue:
             batch = self._next_batch(queue)
-            failed = self._send(batch, results)
+            try:
+                failed = self._send(batch, results)
+            except (ClientError, BotoCoreError) as exc:
+                if not any(results):
+                    raise  # nothing went in: the caller sees AWS's own error
+                # Some records are in Kinesis already: never let the caller think otherwise.
+                error = ProducerError(
+                    f"{len(batch) + len(queue)} record(s) not put: PutRecords failed "
+                    f"as a whole ({aws_error_code(exc) or type(exc).__name__}) after "
+                    f"{sum(r is not None for r in results)} went in",
+                    [p.record for p in sorted([*batch, *queue], key=lambda p: p.index)],
+                    aws_error_code=aws_error_code(exc) or "InternalFailure",
+                )
+                error.results = results
+                raise error from exc
             if on_progress:
                 on_progress(len(batch) - len(failed))
             if failed:

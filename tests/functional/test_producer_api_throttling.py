@@ -269,6 +269,31 @@ def test_later_round_failing_as_a_whole_answers_the_first_round_and_errors_for_t
     assert sorted(r.data for r in read_stream(api.aws)) == [b"a#0", b"b#0"]
 
 
+def test_a_whole_call_failing_after_some_records_went_in_never_answers_nothing_put(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    """First call: one record in, one throttled; the retry then fails as a whole. The
+    record that went in must be answered with its sequence number (not 429 "nothing was
+    put", which would make a client resend it and duplicate it in the log)."""
+
+    class PartialThenRaises(FailingProducer):
+        def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
+            if self.calls >= 1:
+                self.calls += 1
+                raise client_error("ThrottlingException")
+            return super()._send(batch, results)
+
+    api = make_api(PartialThenRaises, fails=lambda record, _attempt: record.data == b"b#0")
+    answer = post_json(api.url, body_of([("a", b"a#0"), ("b", b"b#0")]))
+
+    assert answer.status == 200
+    entries = answer.json["records"]
+    assert "sequenceNumber" in entries[0]
+    assert entries[1]["errorCode"] == "ThrottlingException"
+    assert answer.json["failedRecordCount"] == 1
+    assert [r.data for r in read_stream(api.aws)] == [b"a#0"]
+
+
 def test_rounds_hold_each_key_once_in_request_order() -> None:
     keys = ["a", "b", "a", "c", "a", "b"]
     records = [ProducerRecord(k, b"") for k in keys]
