@@ -75,7 +75,10 @@ def invoke(handle: Any, job: str, scheduled_time: str) -> dict[str, Any]:
 
 
 def release(run_id: str) -> None:
-    (LOG_ROOT / run_id / "release").write_text("")
+    # The run's thread creates its work directory; it may not have done so yet.
+    workdir = LOG_ROOT / run_id
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "release").write_text("")
 
 
 def test_no_overlapping_runs_and_one_run_per_schedule_time(handler_env: Any) -> None:
