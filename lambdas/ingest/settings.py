@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
+from lambdas.settings import settings_from_env
 from shardlog import constants as C
-from shardlog.exceptions import ConfigurationError
 from shardlog.tables import TableNames
 from shardlog.writer import WriterSettings
 
@@ -23,7 +22,6 @@ class IngestSettings(BaseModel, frozen=True):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> IngestSettings:
-        env = os.environ if environ is None else environ
         names = {
             "bucket": C.ENV_BUCKET_NAME,
             "partitions_table": C.ENV_PARTITIONS_TABLE,
@@ -32,14 +30,7 @@ class IngestSettings(BaseModel, frozen=True):
             "segment_max_records": C.ENV_SEGMENT_MAX_RECORDS,
             "segment_max_bytes": C.ENV_SEGMENT_MAX_BYTES,
         }
-        values = {field: env[var] for field, var in names.items() if var in env}
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{names[str(e['loc'][0])]}: {e['msg']}" for e in exc.errors() if e["loc"]
-            )
-            raise ConfigurationError(f"invalid ingest settings: {problems}") from exc
+        return settings_from_env(cls, names, "ingest", environ)
 
     def writer_settings(self) -> WriterSettings:
         return WriterSettings(

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
+from lambdas.settings import settings_from_env
 from shardlog import constants as C
-from shardlog.exceptions import ConfigurationError
 
 
 class ProducerApiSettings(BaseModel, frozen=True):
@@ -22,15 +21,5 @@ class ProducerApiSettings(BaseModel, frozen=True):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ProducerApiSettings:
-        env = os.environ if environ is None else environ
         names = {"stream_name": C.ENV_STREAM_NAME}
-        values = {field: env[var] for field, var in names.items() if var in env}
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{names.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}"
-                for e in exc.errors()
-                if e["loc"]
-            )
-            raise ConfigurationError(f"invalid producer API settings: {problems}") from exc
+        return settings_from_env(cls, names, "producer API", environ)

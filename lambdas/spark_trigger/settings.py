@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
+from lambdas.settings import settings_from_env
 from shardlog import constants as C
-from shardlog.exceptions import ConfigurationError
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.trigger import SparkTarget
 
@@ -30,7 +29,6 @@ class SparkTriggerSettings(BaseModel, frozen=True):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SparkTriggerSettings:
-        env = os.environ if environ is None else environ
         names = {
             "application_id": C.ENV_EMR_APPLICATION_ID,
             "execution_role_arn": C.ENV_EMR_EXECUTION_ROLE_ARN,
@@ -42,14 +40,7 @@ class SparkTriggerSettings(BaseModel, frozen=True):
             "region": C.ENV_REGION,
             "compaction_max_records": C.ENV_COMPACTION_MAX_RECORDS,
         }
-        values = {field: env[var] for field, var in names.items() if env.get(var)}
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{names[str(e['loc'][0])]}: {e['msg']}" for e in exc.errors() if e["loc"]
-            )
-            raise ConfigurationError(f"invalid Spark trigger settings: {problems}") from exc
+        return settings_from_env(cls, names, "Spark trigger", environ)
 
     def target(self) -> SparkTarget:
         return SparkTarget(
