@@ -21,7 +21,6 @@ from shardlog.clock import ManualClock
 from shardlog.config import ShardlogConfig
 from shardlog.local.http_api import LocalApiServer
 from shardlog.producer import Producer
-from shardlog.shardsync import list_shards
 from tests.conftest import AwsEnv
 
 
@@ -75,36 +74,6 @@ class ApiUnderTest:
     def kinesis_puts(self) -> int:
         counts = self.requests.snapshot()
         return counts["kinesis.PutRecords"] + counts["kinesis.PutRecord"]
-
-
-@dataclass(frozen=True)
-class StreamRecord:
-    shard_id: str
-    sequence_number: str
-    partition_key: str
-    data: bytes
-
-
-def read_stream(aws: AwsEnv) -> list[StreamRecord]:
-    """Every record in the stream, shard by shard, in sequence order."""
-    kinesis = aws.clients.kinesis
-    out: list[StreamRecord] = []
-    for shard in list_shards(kinesis, aws.config.stream_name):
-        iterator = kinesis.get_shard_iterator(
-            StreamName=aws.config.stream_name,
-            ShardId=shard["ShardId"],
-            ShardIteratorType="TRIM_HORIZON",
-        )["ShardIterator"]
-        for _ in range(1000):  # bounded: a page per call until an empty page
-            response = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
-            if not response["Records"]:
-                break
-            out += [
-                StreamRecord(shard["ShardId"], r["SequenceNumber"], r["PartitionKey"], r["Data"])
-                for r in response["Records"]
-            ]
-            iterator = response.get("NextShardIterator")
-    return out
 
 
 def serve(

@@ -26,7 +26,8 @@ from shardlog.config import ShardlogConfig
 from shardlog.local.runtime import LocalRuntime
 from shardlog.producer import Producer, PutResult
 from tests.conftest import unique_config
-from tests.functional.api_helpers import ApiUnderTest, api, read_stream, serve, stream_env
+from tests.functional.api_helpers import ApiUnderTest, api, serve, stream_env
+from tests.functional.helpers import read_stream
 
 __all__ = ["api"]  # the fixture
 

@@ -21,9 +21,9 @@ from tests.functional.api_helpers import (
     HttpAnswer,
     api,
     post_json,
-    read_stream,
     send,
 )
+from tests.functional.helpers import read_stream
 
 __all__ = ["api"]  # the fixture
 

@@ -19,7 +19,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from shardlog.clock import ManualClock
-from tests.functional.api_helpers import read_stream, serve, stream_env
+from tests.functional.api_helpers import serve, stream_env
+from tests.functional.helpers import read_stream
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 # The local server takes unsigned requests (IAM auth is API Gateway's, on AWS): do not

@@ -22,10 +22,10 @@ from shardlog.producer import Producer, ProducerRecord, PutResult
 from tests.functional.api_helpers import (
     ApiUnderTest,
     post_json,
-    read_stream,
     serve,
     stream_env,
 )
+from tests.functional.helpers import read_stream
 
 THROTTLED = "ProvisionedThroughputExceededException"
 MAX_ATTEMPTS = 5  # ProducerApiSettings' default

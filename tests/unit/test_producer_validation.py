@@ -27,6 +27,7 @@ from shardlog.producer import (
 )
 from shardlog.shardsync import list_shards
 from tests.conftest import AwsEnv
+from tests.functional.helpers import StreamRecord, read_stream
 
 MIB = 1024 * 1024
 
@@ -227,43 +228,12 @@ def observed(aws: AwsEnv) -> Observed:
     return spy
 
 
-@dataclass(frozen=True)
-class StreamRecord:
-    shard_id: str
-    sequence_number: int
-    partition_key: str
-    data: bytes
-
-
-def read_stream(aws: AwsEnv) -> list[StreamRecord]:
-    kinesis = aws.clients.kinesis
-    out: list[StreamRecord] = []
-    for shard in list_shards(kinesis, aws.config.stream_name):
-        iterator = kinesis.get_shard_iterator(
-            StreamName=aws.config.stream_name,
-            ShardId=shard["ShardId"],
-            ShardIteratorType="TRIM_HORIZON",
-        )["ShardIterator"]
-        while iterator:
-            response = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
-            if not response["Records"]:
-                break
-            out += [
-                StreamRecord(
-                    shard["ShardId"], int(r["SequenceNumber"]), r["PartitionKey"], r["Data"]
-                )
-                for r in response["Records"]
-            ]
-            iterator = response.get("NextShardIterator")
-    return out
-
-
 def per_key_order(stream: list[StreamRecord]) -> dict[str, list[bytes]]:
     by_key: dict[str, list[StreamRecord]] = {}
     for record in stream:
         by_key.setdefault(record.partition_key, []).append(record)
     return {
-        key: [r.data for r in sorted(records, key=lambda r: r.sequence_number)]
+        key: [r.data for r in sorted(records, key=lambda r: int(r.sequence_number))]
         for key, records in by_key.items()
     }
 
@@ -310,7 +280,7 @@ def test_1200_records_go_in_calls_of_at_most_500_records_and_5_mib(
     stream = read_stream(aws)
     assert len(stream) == 1200
     located = {(r.shard_id, r.sequence_number): (r.partition_key, r.data) for r in stream}
-    assert [located[(r.shard_id, int(r.sequence_number))] for r in results] == records
+    assert [located[(r.shard_id, r.sequence_number)] for r in results] == records
 
 
 def test_nothing_is_sent_when_any_record_is_invalid(aws: AwsEnv, observed: Observed) -> None:
@@ -485,7 +455,7 @@ def test_persistent_failure_raises_with_unsent_records_in_order(
     stream = read_stream(aws)
     assert sorted(r.data for r in stream) == [b"k0a", b"k1a"]
     located = {(r.shard_id, r.sequence_number): r.data for r in stream}
-    assert [located[(r.shard_id, int(r.sequence_number))] for r in sent] == [b"k0a", b"k1a"]
+    assert [located[(r.shard_id, r.sequence_number)] for r in sent] == [b"k0a", b"k1a"]
 
 
 def test_aws_fixture_request_counter_counts_requests_through_aws_clients(aws: AwsEnv) -> None:
