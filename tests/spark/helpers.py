@@ -8,7 +8,7 @@ from shardlog import constants as C
 from shardlog.clock import SystemClock
 from shardlog.reader import LogReader
 from shardlog.spark.io import read_parquet
-from tests.conftest import AwsEnv
+from tests.support.aws import AwsEnv
 
 OK_JOB = """\
 import sys

@@ -22,9 +22,9 @@ from spark_jobs.compact import (
     plan_batches,
     write_batches,
 )
-from tests.conftest import AwsEnv
-from tests.functional.helpers import kinesis_records, writer_for
 from tests.spark.helpers import compacted_objects, compacted_rows, log_rows
+from tests.support.aws import AwsEnv
+from tests.support.factories import incoming_records, writer_for
 
 P0, P1 = "shardId-000000000000", "shardId-000000000001"
 KEY_PATTERN = re.compile(
@@ -49,8 +49,8 @@ def set_state(aws: AwsEnv, partition_id: str, state: str) -> None:
 @pytest.fixture
 def log(aws: AwsEnv, clock: Any) -> AwsEnv:
     writer = writer_for(aws, clock, segment_max_records=50)
-    writer.append(P0, kinesis_records(0, 230))
-    writer.append(P1, kinesis_records(1000, 120, key="q"))
+    writer.append(P0, incoming_records(230, start=0))
+    writer.append(P1, incoming_records(120, start=1000, keys=("q0", "q1", "q2", "q3", "q4")))
     return aws
 
 
@@ -91,7 +91,7 @@ def test_crash_between_write_and_advance_then_rerun_leaves_no_duplicates(
     crashed_files = compacted_objects(log)
     assert crashed_files and store.read(P0).next_seq == 0
     # Ingest goes on meanwhile: the head moves past the crashed batch.
-    writer_for(log, clock, segment_max_records=50).append(P0, kinesis_records(230, 70))
+    writer_for(log, clock, segment_max_records=50).append(P0, incoming_records(70, start=230))
 
     redo = compact(spark, args)
     assert [b["redo"] for b in redo.batches] == [True, True]
@@ -134,7 +134,9 @@ def test_ended_partitions_reach_shard_end_closed_ones_keep_going(
     store = WatermarkStore(log.clients, log.config.consumers_table)
     assert report.ended == [P0] and store.read(P0).ended
     assert store.read(P1).next_seq == 120 and not store.read(P1).ended
-    writer_for(log, clock, segment_max_records=50).append(P1, kinesis_records(1120, 10, key="q"))
+    writer_for(log, clock, segment_max_records=50).append(
+        P1, incoming_records(10, start=1120, keys=("q0", "q1", "q2", "q3", "q4"))
+    )
     set_state(log, P1, C.STATE_ENDED)
     compact(spark, job_args(log))
     assert store.read(P1).ended

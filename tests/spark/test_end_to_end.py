@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from shardlog import constants as C
 from shardlog.cli.main import cli
-from tests.conftest import AwsEnv
-from tests.functional.helpers import kinesis_records, writer_for
 from tests.spark.helpers import compacted_rows, log_rows
+from tests.support.aws import AwsEnv
+from tests.support.factories import incoming_records, writer_for
 
 P0, P1 = "shardId-000000000000", "shardId-000000000001"
 
@@ -44,8 +44,8 @@ def test_compaction_and_analytics_through_local_emr_serverless(
     aws: AwsEnv, clock: Any, shardlog: Any, tmp_path: Path
 ) -> None:
     writer = writer_for(aws, clock, segment_max_records=40)
-    writer.append(P0, kinesis_records(0, 150))
-    writer.append(P1, kinesis_records(500, 90, key="q"))
+    writer.append(P0, incoming_records(150, start=0))
+    writer.append(P1, incoming_records(90, start=500, keys=("q0", "q1", "q2", "q3", "q4")))
 
     compacted = shardlog("spark", "run", "compact", "--wait", "--json")
     assert compacted.exit_code == 0, compacted.output

@@ -11,8 +11,8 @@ import pytest
 from shardlog.local.emr_serverless import LOG_ROOT, local_spark_conf
 from shardlog.local.spark import provision_spark
 from shardlog.spark.trigger import TERMINAL_STATES, SparkTarget
-from tests.conftest import AwsEnv
 from tests.spark.helpers import BLOCKING_JOB, FAILING_JOB, OK_JOB, wait_state
+from tests.support.aws import AwsEnv
 
 
 @pytest.fixture

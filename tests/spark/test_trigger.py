@@ -22,8 +22,8 @@ from shardlog.local.poller import LambdaContext
 from shardlog.local.spark import provision_spark
 from shardlog.spark.jobs import DEPS_ALIAS, EMR_PYTHON
 from shardlog.spark.trigger import TERMINAL_STATES, client_token
-from tests.conftest import AwsEnv
 from tests.spark.helpers import BLOCKING_JOB, wait_state
+from tests.support.aws import AwsEnv
 
 T1, T2 = "2024-05-01T10:00:00Z", "2024-05-01T11:00:00Z"
 

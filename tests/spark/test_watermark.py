@@ -8,7 +8,7 @@ from shardlog import constants as C
 from shardlog.spark.exceptions import WatermarkConflictError
 from shardlog.spark.watermark import Watermark, WatermarkStore
 from shardlog.tables import Tables
-from tests.conftest import AwsEnv
+from tests.support.aws import AwsEnv
 
 P = "shardId-000000000000"
 

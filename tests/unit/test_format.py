@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +23,9 @@ from shardlog.format import (
     segment_key,
     seq_of_key,
 )
+from tests.support import DOCS
 
-FORMAT_DOC = Path(__file__).resolve().parents[2] / "docs" / "FORMAT.md"
+FORMAT_DOC = DOCS / "FORMAT.md"
 
 # The worked example of docs/FORMAT.md, section 8.
 EXAMPLE_PARTITION = "shardId-000000000000"

@@ -1,0 +1,71 @@
+"""`shardlog consume` and `shardlog status --group`: help, usage errors, the status rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardlog.clock import ManualClock
+from tests.support.aws import AwsEnv
+from tests.support.cli import run_cli
+from tests.support.factories import (
+    Journal,
+    append,
+    end_partition,
+    incoming_records,
+    recording_worker,
+    register_partition,
+    run_until_idle,
+)
+
+
+def test_consume_help_names_settings_with_units() -> None:
+    result = run_cli(None, "consume", "--help")
+    assert result.exit_code == 0
+    for option in ("--lease-duration-ms", "--renew-interval-ms", "--records-per-call",
+                   "--idle-poll-interval-ms", "--max-leases", "--start-position"):  # fmt: skip
+        assert option in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["consume", "--group", "g"], "give --processor module:attr, or a command after --"),
+        (["consume", "--group", "g", "--processor", "m:f", "--", "cat"], "give --processor"),
+        (["consume", "--group", "$ingest", "--", "cat"], "group: names starting with '$'"),
+        (
+            ["consume", "--group", "g", "--renew-interval-ms", "20000", "--", "cat"],
+            "renew_interval_ms: must be shorter than lease_duration_ms",
+        ),
+        (
+            ["consume", "--group", "g", "--start-position", "AT_TIMESTAMP", "--", "cat"],
+            "at_timestamp",
+        ),
+        (["consume", "--group", "g", "--processor", "no_such_module:f"], "cannot load"),
+    ],
+)
+def test_consume_usage_errors_name_the_problem(args: list[str], message: str) -> None:
+    result = run_cli(None, *args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_status_group_lists_owner_checkpoint_and_lag(aws: AwsEnv, clock: ManualClock) -> None:
+    register_partition(aws, "p0")
+    append(aws, "p0", incoming_records(4))
+    end_partition(aws, "p0")
+    register_partition(aws, "c1", ("p0",))
+    append(aws, "c1", incoming_records(3))
+    before = run_cli(aws, "status", "--group", "billing")
+    assert before.exit_code == 0, before.output
+    rows = {line.split()[0]: line for line in before.output.splitlines()[1:]}
+    assert rows["p0"].split()[1:5] == ["ENDED", "4", "-", "4"]
+    assert "waiting on parents p0" in rows["c1"]
+
+    worker = recording_worker(aws, Journal(), "w-1", clock, group="billing")
+    run_until_idle([worker], clock)
+    after = run_cli(aws, "status", "--group", "billing")
+    rows = {line.split()[0]: line for line in after.output.splitlines()[1:]}
+    assert rows["p0"].split()[1:5] == ["ENDED", "4", "SHARD_END", "0"]
+    assert rows["c1"].split()[1:6] == ["OPEN", "3", "3", "0", "w-1"]
+    assert run_cli(aws, "status", "--group", "$ingest").exit_code == 2
+    worker.shutdown()

@@ -1,0 +1,256 @@
+"""Model-based test of consumer groups: workers join, leave gracefully, crash, stall past
+their lease and come back, while records are produced and partitions split and merge.
+
+Two groups consume the same log (one checkpoints every batch, one every other batch).
+After every step, for each group and key, no record is delivered before every earlier
+record of its key was (per-key order across reshards, duplicates allowed only as
+replays). At the end every record has been delivered to each group: nothing skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from shardlog import constants as C
+from shardlog.clock import ManualClock
+from shardlog.consumer import Checkpointer, ConsumerSettings, RecordProcessor, Worker
+from shardlog.format import IncomingRecord, LogRecord
+from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.tables import Tables
+from tests.support.aws import AwsEnv, make_env
+from tests.support.factories import append, end_partition, register_partition
+
+KEYS = [f"k{i}" for i in range(6)]
+GROUPS = {"every-batch": 1, "every-other-batch": 2}  # group -> checkpoint every n batches
+SETTINGS = ConsumerSettings(
+    lease_duration_ms=6_000,
+    renew_interval_ms=2_000,
+    take_interval_ms=1,
+    idle_poll_interval_ms=0,
+    records_per_call=3,
+)
+
+
+@dataclass
+class GroupLog:
+    """What one group's processors were given, in the order they were given it."""
+
+    delivered: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    violations: list[str] = field(default_factory=list)
+    seen: set[tuple[str, int]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, records: list[LogRecord]) -> None:
+        with self.lock:
+            for record in records:
+                key, number = record.data.decode().split(":")
+                values = self.delivered[key]
+                if int(number) > len(values):
+                    self.violations.append(
+                        f"{key}:{number} ({record.partition_id}/{record.seq}) delivered before "
+                        f"{key}:{len(values)}"
+                    )
+                values.add(int(number))
+                self.seen.add((record.partition_id, record.seq))
+
+
+class Recording(RecordProcessor):
+    def __init__(self, log: GroupLog, every: int) -> None:
+        self.log, self.every, self.batches = log, every, 0
+
+    def process_records(self, records: list[LogRecord], checkpointer: Checkpointer) -> None:
+        self.log.add(records)
+        self.batches += 1
+        if self.batches % self.every == 0:
+            checkpointer.checkpoint()
+
+
+@dataclass
+class ModelWorker:
+    worker: Worker
+    group: str
+    stalled: bool = False
+
+
+class ConsumerMachine(RuleBasedStateMachine):
+    endpoint_url = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.aws: AwsEnv = make_env(self.endpoint_url, shard_count=1)
+        self.clock = ManualClock()
+        self.logs = {group: GroupLog() for group in GROUPS}
+        self.workers: list[ModelWorker] = []
+        self.names = itertools.count()
+        self.kinesis_seq = itertools.count(1)
+        self.per_key = dict.fromkeys(KEYS, 0)
+        self.open: dict[str, set[str]] = {"p0": set(KEYS[:4]), "q0": set(KEYS[4:])}
+        self.partitions: dict[str, int] = {"p0": 0, "q0": 0}  # committed records
+        self.phase = 0
+        for partition_id in self.open:
+            register_partition(self.aws, partition_id)
+
+    @initialize()
+    def first_workers(self) -> None:
+        for group in GROUPS:
+            self.join(group)
+
+    # --- rules ------------------------------------------------------------------------------
+    @rule(key=st.sampled_from(KEYS), count=st.integers(1, 5), segment=st.integers(1, 3))
+    def produce(self, key: str, count: int, segment: int) -> None:
+        partition_id = next(p for p, keys in self.open.items() if key in keys)
+        records = []
+        for _ in range(count):
+            number = self.per_key[key]
+            self.per_key[key] += 1
+            records.append(
+                IncomingRecord(
+                    key,
+                    f"{key}:{number}".encode(),
+                    str(SEQUENCE_BASE + 10 * next(self.kinesis_seq)),
+                    1_700_000_000_000,
+                )
+            )
+        append(self.aws, partition_id, records, segment_max_records=segment)
+        self.partitions[partition_id] += count
+
+    @precondition(lambda self: len(self.workers) < 5)
+    @rule(group=st.sampled_from(sorted(GROUPS)))
+    def join(self, group: str) -> None:
+        name = f"w{next(self.names)}"
+        log, every = self.logs[group], GROUPS[group]
+        worker = Worker(
+            group,
+            config=self.aws.config,
+            clients=self.aws.clients,
+            settings=SETTINGS,
+            clock=self.clock,
+            worker_id=name,
+            threads=3,
+            factory=lambda _partition_id: Recording(log, every),  # type: ignore[arg-type,return-value]
+        )
+        self.workers.append(ModelWorker(worker, group))
+
+    @precondition(lambda self: self.workers)
+    @rule(data=st.data())
+    def leave_gracefully(self, data: st.DataObject) -> None:
+        model = self.workers.pop(data.draw(st.integers(0, len(self.workers) - 1)))
+        model.worker.shutdown()
+
+    @precondition(lambda self: self.workers)
+    @rule(data=st.data())
+    def crash(self, data: st.DataObject) -> None:
+        model = self.workers.pop(data.draw(st.integers(0, len(self.workers) - 1)))
+        model.worker.close()
+
+    @precondition(lambda self: self.workers)
+    @rule(data=st.data())
+    def stall(self, data: st.DataObject) -> None:
+        data.draw(st.sampled_from(self.workers)).stalled = True
+
+    @precondition(lambda self: any(m.stalled for m in self.workers))
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        data.draw(st.sampled_from([m for m in self.workers if m.stalled])).stalled = False
+
+    @rule(rounds=st.integers(1, 4), step_ms=st.sampled_from([1, 500, 2_500]))
+    def cycle(self, rounds: int, step_ms: int) -> None:
+        for _ in range(rounds):
+            for model in self.workers:
+                if not model.stalled:
+                    model.worker.run_once()
+            self.clock.advance(step_ms)
+
+    @rule()
+    def leases_expire(self) -> None:
+        self.clock.advance(SETTINGS.lease_duration_ms)
+
+    @precondition(lambda self: self.phase == 0)
+    @rule()
+    def split(self) -> None:
+        self.reshard(["p0"], {"c1": set(KEYS[:2]), "c2": set(KEYS[2:4])})
+        self.phase = 1
+
+    @precondition(lambda self: self.phase == 1)
+    @rule()
+    def merge(self) -> None:
+        self.reshard(["c1", "c2"], {"m3": set(KEYS[:4])})
+        self.phase = 2
+
+    def reshard(self, parents: list[str], children: dict[str, set[str]]) -> None:
+        for parent in parents:
+            del self.open[parent]
+            end_partition(self.aws, parent)  # every record of it is in the log already
+        for child, keys in children.items():
+            register_partition(self.aws, child, tuple(parents))
+            self.open[child] = keys
+            self.partitions[child] = 0
+
+    # --- checks ----------------------------------------------------------------------------
+    @invariant()
+    def per_key_order_holds_in_every_group(self) -> None:
+        for group, log in self.logs.items():
+            assert not log.violations, f"{group}: {log.violations[:3]}"
+
+    def teardown(self) -> None:
+        try:
+            self.finish()
+        finally:
+            for model in self.workers:
+                model.worker.close()
+
+    def finish(self) -> None:
+        for model in self.workers:
+            model.stalled = False
+        for group in GROUPS:
+            if not any(m.group == group for m in self.workers):
+                self.join(group)
+        self.clock.advance(SETTINGS.lease_duration_ms)
+        tables = Tables(self.aws.clients, self.aws.config.tables)
+        for _ in range(300):
+            if all(self.caught_up(tables, group) for group in GROUPS):
+                break
+            for model in self.workers:
+                model.worker.run_once()
+            self.clock.advance(1)
+        for group, log in self.logs.items():
+            expected = {(p, s) for p, n in self.partitions.items() for s in range(n)}
+            assert expected <= log.seen, f"{group} skipped {sorted(expected - log.seen)[:5]}"
+            assert self.caught_up(tables, group), f"{group}: an ended partition is not SHARD_END"
+            assert not log.violations, log.violations[:3]
+
+    def caught_up(self, tables: Tables, group: str) -> bool:
+        """Ended partitions checkpointed SHARD_END, every record delivered."""
+        checkpoints = {lease.partition_id: lease.checkpoint for lease in tables.list_leases(group)}
+        ended = [p for p in self.partitions if p not in self.open]
+        expected = {(p, s) for p, n in self.partitions.items() for s in range(n)}
+        return all(checkpoints.get(p) == C.SHARD_END for p in ended) and expected <= (
+            self.logs[group].seen
+        )
+
+
+def test_consumer_groups_model(endpoint_url: str) -> None:
+    ConsumerMachine.endpoint_url = endpoint_url
+    run_state_machine_as_test(
+        ConsumerMachine,
+        settings=settings(
+            max_examples=25,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )

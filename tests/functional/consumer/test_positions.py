@@ -1,0 +1,132 @@
+"""Start positions (TRIM_HORIZON, LATEST, AT_SEQUENCE, AT_TIMESTAMP), replay, and lineage
+that shard sync has not recorded yet."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from shardlog import constants as C
+from shardlog.clock import ManualClock
+from shardlog.consumer import ConsumerSettings, StartPosition, replay, seq_at_timestamp
+from shardlog.reader import LogReader
+from shardlog.tables import Tables, partition_key
+from shardlog.writer import LogWriter, WriterSettings
+from tests.support.aws import AwsEnv
+from tests.support.factories import (
+    FAST,
+    Journal,
+    append,
+    end_partition,
+    incoming_records,
+    recording_worker,
+    register_partition,
+    run_until_idle,
+)
+
+BASE_MS = 1_700_000_000_000
+
+
+def checkpoints(aws: AwsEnv, group: str = "readers") -> dict[str, str | None]:
+    tables = Tables(aws.clients, aws.config.tables)
+    return {lease.partition_id: lease.checkpoint for lease in tables.list_leases(group)}
+
+
+def at(position: StartPosition) -> ConsumerSettings:
+    return dataclasses.replace(FAST, start_position=position)
+
+
+def test_latest_starts_a_new_group_at_the_head_and_skips_what_already_ended(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    append(aws, "p0", incoming_records(5))
+    register_partition(aws, "q0")
+    append(aws, "q0", incoming_records(3))
+    end_partition(aws, "q0")
+    register_partition(aws, "r1", ("q0",))
+    append(aws, "r1", incoming_records(2))
+    journal = Journal()
+    worker = recording_worker(aws, journal, "w", clock, settings=at(StartPosition.latest()))
+    assert run_until_idle([worker], clock) == 0
+    assert checkpoints(aws) == {"p0": "5", "q0": C.SHARD_END, "r1": "2"}
+    append(aws, "p0", incoming_records(2))
+    append(aws, "r1", incoming_records(1))
+    run_until_idle([worker], clock)
+    assert journal.seqs("p0") == [5, 6] and journal.seqs("r1") == [2]
+    assert journal.seqs("q0") == []
+    # A partition discovered later (a split of p0) starts at its start: nothing skipped.
+    end_partition(aws, "p0")
+    register_partition(aws, "s2", ("p0",))
+    append(aws, "s2", incoming_records(2))
+    run_until_idle([worker], clock)
+    assert journal.seqs("s2") == [0, 1]
+    worker.shutdown()
+
+
+def test_an_existing_group_ignores_the_start_position(aws: AwsEnv, clock: ManualClock) -> None:
+    append(aws, "p0", incoming_records(4))
+    journal = Journal()
+    first = recording_worker(aws, journal, "first", clock)
+    run_until_idle([first], clock)
+    first.shutdown()
+    append(aws, "p0", incoming_records(2))
+    late = recording_worker(aws, journal, "late", clock, settings=at(StartPosition.latest()))
+    run_until_idle([late], clock)
+    assert journal.seqs("p0") == [0, 1, 2, 3, 4, 5]  # the checkpoint wins
+    late.shutdown()
+
+
+def test_at_timestamp_starts_at_the_first_record_that_arrived_at_or_after_it(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    append(aws, "p0", incoming_records(10, arrival_ms=BASE_MS))  # arrivals BASE_MS + 0..9
+    append(aws, "q0", incoming_records(3, arrival_ms=BASE_MS))
+    journal = Journal()
+    settings = at(StartPosition.at_timestamp(BASE_MS + 4))
+    worker = recording_worker(aws, journal, "w", clock, settings=settings)
+    run_until_idle([worker], clock)
+    assert journal.seqs("p0") == [4, 5, 6, 7, 8, 9]
+    assert journal.seqs("q0") == []
+    worker.shutdown()
+
+
+def test_at_sequence_starts_listed_partitions_at_their_seq(aws: AwsEnv, clock: ManualClock) -> None:
+    append(aws, "p0", incoming_records(10))
+    append(aws, "q0", incoming_records(2))
+    journal = Journal()
+    settings = at(StartPosition.at_sequence({"p0": 7}))
+    worker = recording_worker(aws, journal, "w", clock, settings=settings)
+    run_until_idle([worker], clock)
+    assert journal.seqs("p0") == [7, 8, 9] and journal.seqs("q0") == [0, 1]
+    worker.shutdown()
+
+
+def test_replay_reads_any_range_of_a_partition(aws: AwsEnv) -> None:
+    append(aws, "p0", incoming_records(10, arrival_ms=BASE_MS), segment_max_records=4)
+    reader = LogReader(aws.clients, aws.config.bucket, aws.config.tables)
+    assert [r.seq for r in replay(reader, "p0", from_seq=2, to_seq=5)] == [2, 3, 4]
+    assert [r.seq for r in replay(reader, "p0", at_timestamp_ms=BASE_MS + 8)] == [8, 9]
+    assert seq_at_timestamp(reader, "p0", 0) == 0
+    assert seq_at_timestamp(reader, "p0", BASE_MS + 5) == 5
+    assert seq_at_timestamp(reader, "p0", BASE_MS + 99) == 10  # after the last: the head
+
+
+def test_a_partition_whose_lineage_shard_sync_has_not_recorded_waits(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    """The ingest commit can create a child's item before shard sync records its parents:
+    it must not be taken for a root and consumed ahead of them."""
+    LogWriter(
+        aws.clients, WriterSettings(bucket=aws.config.bucket, tables=aws.config.tables)
+    ).append("child", incoming_records(2))
+    item = aws.clients.dynamodb.get_item(
+        TableName=aws.config.partitions_table, Key=partition_key("child")
+    )["Item"]
+    assert C.ATTR_STARTING_HASH_KEY not in item
+    journal = Journal()
+    worker = recording_worker(aws, journal, "w", clock)
+    run_until_idle([worker], clock)
+    assert journal.seqs("child") == []
+    register_partition(aws, "child")  # shard sync: a root after all
+    run_until_idle([worker], clock)
+    assert journal.seqs("child") == [0, 1]
+    worker.shutdown()

@@ -1,0 +1,168 @@
+"""The local event-source mapping keeps Lambda's Kinesis semantics (driven by a manual clock)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.data_classes import KinesisStreamEvent
+
+from shardlog.clock import ManualClock
+from shardlog.local.poller import EventSourcePoller, EventSourceSettings
+from tests.support.aws import AwsEnv
+
+SHARD0 = "shardId-000000000000"
+
+
+class Recorder:
+    """A handler that records each invocation and can fail on demand."""
+
+    def __init__(self, fail: Any = None) -> None:
+        self.calls: list[tuple[str, list[bytes]]] = []
+        self.fail = fail or (lambda _call, _data: None)
+
+    def __call__(self, event: dict[str, Any], context: Any) -> Any:
+        parsed = KinesisStreamEvent(event)
+        records = list(parsed.records)
+        shard = records[0].event_id.split(":")[0]
+        data = [r.kinesis.data_as_bytes() for r in records]
+        assert context.get_remaining_time_in_millis() > 0
+        self.calls.append((shard, data))
+        return self.fail(len(self.calls), data)
+
+    def delivered(self, shard: str | None = None) -> list[bytes]:
+        return [d for s, batch in self.calls for d in batch if shard in (None, s)]
+
+
+def _produce(aws: AwsEnv, count: int, hash_key: str = "1", prefix: str = "r") -> list[bytes]:
+    data = [f"{prefix}{i}".encode() for i in range(count)]
+    aws.clients.kinesis.put_records(
+        StreamName=aws.config.stream_name,
+        Records=[{"PartitionKey": "k", "Data": d, "ExplicitHashKey": hash_key} for d in data],
+    )
+    return data
+
+
+def _poller(aws: AwsEnv, handler: Any, clock: ManualClock, **settings: Any) -> EventSourcePoller:
+    options = {"batching_window_ms": 0, "retry_delay_ms": 100, **settings}
+    return EventSourcePoller(
+        aws.clients,
+        aws.config.stream_name,
+        handler,
+        settings=EventSourceSettings(**options),
+        clock=clock,
+    )
+
+
+def _drain(poller: EventSourcePoller, clock: ManualClock, steps: int = 50) -> None:
+    for _ in range(steps):
+        poller.poll_once()
+        clock.advance(100)
+
+
+def test_event_shape_and_batch_size(aws: AwsEnv, clock: ManualClock) -> None:
+    produced = _produce(aws, 25)
+    recorder = Recorder()
+    _drain(_poller(aws, recorder, clock, batch_size=10), clock)
+    assert [len(batch) for _, batch in recorder.calls] == [10, 10, 5]
+    assert recorder.delivered() == produced
+
+
+def test_batching_window_waits_to_fill_a_batch(aws: AwsEnv, clock: ManualClock) -> None:
+    _produce(aws, 3)
+    recorder = Recorder()
+    poller = _poller(aws, recorder, clock, batch_size=10, batching_window_ms=1000)
+    poller.poll_once()
+    assert recorder.calls == [], "3 < batch size and the window is still open"
+    clock.advance(1000)
+    poller.poll_once()
+    assert len(recorder.calls) == 1 and len(recorder.calls[0][1]) == 3
+
+
+def test_failed_batch_is_retried_with_bisect_in_order(aws: AwsEnv, clock: ManualClock) -> None:
+    produced = _produce(aws, 8)
+
+    def fail_first(call: int, _data: list[bytes]) -> None:
+        if call == 1:
+            raise RuntimeError("transient")
+
+    recorder = Recorder(fail_first)
+    poller = _poller(aws, recorder, clock, batch_size=8)
+    _drain(poller, clock)
+    sizes = [len(batch) for _, batch in recorder.calls]
+    assert sizes == [8, 4, 4], "bisected after the failure"
+    assert [d for _, b in recorder.calls[1:] for d in b] == produced
+    assert poller.stats.failures == 1 and poller.stats.records_dropped == 0
+
+
+def test_partial_batch_response_retries_from_the_first_failure(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    produced = _produce(aws, 6)
+    sequence_numbers: list[str] = []
+
+    def fail_at_fourth(call: int, data: list[bytes]) -> dict[str, Any]:
+        if call == 1:
+            return {"batchItemFailures": [{"itemIdentifier": sequence_numbers[3]}]}
+        return {"batchItemFailures": []}
+
+    page = aws.clients.kinesis.get_records(
+        ShardIterator=aws.clients.kinesis.get_shard_iterator(
+            StreamName=aws.config.stream_name, ShardId=SHARD0, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+    )
+    sequence_numbers += [r["SequenceNumber"] for r in page["Records"]]
+    recorder = Recorder(fail_at_fourth)
+    _drain(_poller(aws, recorder, clock, batch_size=6, bisect_on_error=False), clock)
+    assert recorder.calls[1][1] == produced[3:], "retried from the failed record on"
+
+
+def test_records_past_their_retries_go_to_on_failure(aws: AwsEnv, clock: ManualClock) -> None:
+    produced = _produce(aws, 3)
+    failed: list[tuple[str, int]] = []
+
+    def poison(_call: int, data: list[bytes]) -> None:
+        if b"r1" in data:
+            raise RuntimeError("poison")
+
+    recorder = Recorder(poison)
+    poller = _poller(aws, recorder, clock, batch_size=1, maximum_retry_attempts=2)
+    poller.on_failure = lambda shard, records: failed.append((shard, len(records)))
+    _drain(poller, clock)
+    assert failed == [(SHARD0, 1)]
+    assert [b for _, (b,) in recorder.calls].count(b"r1") == 3, "first try + 2 retries"
+    assert produced[2] in recorder.delivered(), "the shard moves on after the poison record"
+
+
+def test_children_start_only_after_their_parents(aws: AwsEnv, clock: ManualClock) -> None:
+    parent_data = _produce(aws, 5, hash_key="1", prefix="p")
+    aws.clients.kinesis.split_shard(
+        StreamName=aws.config.stream_name, ShardToSplit=SHARD0, NewStartingHashKey="1000"
+    )
+    child_data = _produce(aws, 5, hash_key="1", prefix="c")
+    recorder = Recorder()
+    ended: list[str] = []
+    poller = _poller(aws, recorder, clock, batch_size=2)
+    poller.on_shard_end = ended.append
+    _drain(poller, clock)
+    order = [shard for shard, _ in recorder.calls]
+    children = {"shardId-000000000002", "shardId-000000000003"}
+    last_parent_call = max(i for i, shard in enumerate(order) if shard == SHARD0)
+    first_child_call = min(i for i, shard in enumerate(order) if shard in children)
+    assert last_parent_call < first_child_call
+    assert recorder.delivered(SHARD0) == parent_data
+    assert [d for d in recorder.delivered() if d.startswith(b"c")] == child_data
+    assert ended == [SHARD0]
+
+
+def test_start_after_resumes_past_a_checkpoint(aws: AwsEnv, clock: ManualClock) -> None:
+    produced = _produce(aws, 4)
+    first = aws.clients.kinesis.get_records(
+        ShardIterator=aws.clients.kinesis.get_shard_iterator(
+            StreamName=aws.config.stream_name, ShardId=SHARD0, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+    )["Records"]
+    recorder = Recorder()
+    poller = _poller(aws, recorder, clock)
+    poller.start_after = lambda shard: first[1]["SequenceNumber"] if shard == SHARD0 else None
+    _drain(poller, clock)
+    assert recorder.delivered(SHARD0) == produced[2:]

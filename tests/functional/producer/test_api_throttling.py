@@ -1,0 +1,297 @@
+"""Kinesis failures through the API: retried with backoff (injected clock), then answered per
+record (200 with failed entries) or, when nothing went in, 429/503 with Retry-After.
+
+Failures are injected at the SDK seam, as in tests/unit/test_producer_validation.py: a
+Producer subclass whose ``_send`` reports some entries failed *without sending them* (so
+what is in the stream is exactly what the API acknowledged), or raises the error a whole
+PutRecords call would. Everything else is real: HTTP, the handler, the embedded Kinesis.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from lambdas.producer_api.batch import rounds
+from shardlog.clock import ManualClock
+from shardlog.producer import Producer, ProducerRecord, PutResult
+from tests.support.api import ApiUnderTest, post_json, serve
+from tests.support.aws import stream_env
+from tests.support.readback import read_stream
+
+THROTTLED = "ProvisionedThroughputExceededException"
+MAX_ATTEMPTS = 5  # ProducerApiSettings' default
+MAX_BACKOFF_S = 1.0
+
+
+class FailingProducer(Producer):
+    """Reports the entries ``fails(record, attempt)`` picks as failed with ``code``, unsent."""
+
+    def __init__(
+        self,
+        *args: Any,
+        fails: Callable[[ProducerRecord, int], bool],
+        code: str = THROTTLED,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.fails = fails
+        self.code = code
+        self.failed_entries = 0
+
+    def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
+        failing = [item for item in batch if self.fails(item.record, item.attempts + 1)]
+        sending = [item for item in batch if item not in failing]
+        failed = super()._send(sending, results) if sending else []
+        for item in failing:
+            item.attempts += 1
+            item.error_code = self.code
+            item.error_message = "Rate exceeded for shard (injected by the test)"
+            self.failed_entries += 1
+        return [*failed, *failing]
+
+
+class RaisingProducer(Producer):
+    """Every PutRecords call fails as a whole with ``error`` (as botocore raises it)."""
+
+    def __init__(self, *args: Any, error: Exception, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.error = error
+
+    def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
+        self.calls += 1
+        raise self.error
+
+
+def client_error(code: str, status: int = 400) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": f"{code} (injected)"},
+         "ResponseMetadata": {"HTTPStatusCode": status}},
+        "PutRecords",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def make_api(endpoint_url: str, clock: ManualClock) -> Iterator[Callable[..., ApiUnderTest]]:
+    servers: list[Iterator[ApiUnderTest]] = []
+
+    def make(producer_class: type[Producer], **kwargs: Any) -> ApiUnderTest:
+        server = serve(stream_env(endpoint_url), clock, producer_class, **kwargs)
+        servers.append(server)
+        return next(server)
+
+    yield make
+    for server in servers:
+        for _ in server:  # runs the generator's cleanup: shuts the server down
+            pass
+
+
+def body_of(records: list[tuple[str, bytes]]) -> dict[str, Any]:
+    return {
+        "records": [
+            {"partitionKey": key, "data": base64.b64encode(data).decode()} for key, data in records
+        ]
+    }
+
+
+def test_whole_request_throttled_after_retries_is_429_with_retry_after(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    api = make_api(FailingProducer, fails=lambda _record, _attempt: True)
+    answer = post_json(api.url, body_of([("a", b"1"), ("b", b"2")]))
+
+    assert answer.status == 429
+    assert answer.header("Retry-After") == "1"
+    body = answer.json
+    assert body == {"error": body["error"], "field": None, "limit": None}
+    assert THROTTLED in body["error"] and "nothing was put" in body["error"]
+    assert read_stream(api.aws) == []
+    # Retried MAX_ATTEMPTS times with exponential backoff, all on the injected clock.
+    assert len(api.clock.slept) == MAX_ATTEMPTS - 1
+    assert all(0 <= s <= MAX_BACKOFF_S for s in api.clock.slept)
+
+
+def test_whole_request_failed_internally_is_503_with_retry_after(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    api = make_api(FailingProducer, fails=lambda _r, _a: True, code="InternalFailure")
+    answer = post_json(api.url, body_of([("a", b"1")]))
+    assert answer.status == 503
+    assert answer.header("Retry-After") == "1"
+    assert "InternalFailure" in answer.json["error"]
+    assert read_stream(api.aws) == []
+
+
+def test_throttling_that_clears_within_the_retries_is_a_clean_200(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    api = make_api(FailingProducer, fails=lambda _record, attempt: attempt <= 2)
+    records = [("a", b"1"), ("b", b"2"), ("c", b"3")]
+    answer = post_json(api.url, body_of(records))
+
+    assert answer.status == 200
+    assert answer.json["failedRecordCount"] == 0
+    assert len(api.clock.slept) == 2
+    stream = read_stream(api.aws)
+    assert sorted((r.partition_key, r.data) for r in stream) == records  # each exactly once
+    acknowledged = {(e["shardId"], e["sequenceNumber"]) for e in answer.json["records"]}
+    assert acknowledged == {(r.shard_id, r.sequence_number) for r in stream}
+
+
+def test_some_entries_failing_after_retries_is_200_with_per_record_errors(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    api = make_api(FailingProducer, fails=lambda record, _attempt: record.partition_key in "bd")
+    records = [("a", b"1"), ("b", b"2"), ("c", b"3"), ("d", b"4")]
+    answer = post_json(api.url, body_of(records))
+
+    assert answer.status == 200
+    body = answer.json
+    assert body["failedRecordCount"] == 2
+    entries = body["records"]
+    assert [set(e) for e in entries] == [
+        {"shardId", "sequenceNumber"},
+        {"errorCode", "errorMessage"},
+        {"shardId", "sequenceNumber"},
+        {"errorCode", "errorMessage"},
+    ]
+    assert [entries[1]["errorCode"], entries[3]["errorCode"]] == [THROTTLED, THROTTLED]
+    assert f"after {MAX_ATTEMPTS} attempts" in entries[1]["errorMessage"]
+    stream = read_stream(api.aws)
+    assert sorted(r.data for r in stream) == [b"1", b"3"]
+    acknowledged = {(entries[i]["shardId"], entries[i]["sequenceNumber"]) for i in (0, 2)}
+    assert acknowledged == {(r.shard_id, r.sequence_number) for r in stream}
+
+
+def test_a_failed_record_holds_back_the_later_records_so_key_order_survives_a_resend(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    # Round 1: a#0, b#0 (b fails); rounds 2 and 3 (a#1, b#1, a#2) are not sent at all.
+    api = make_api(FailingProducer, fails=lambda record, _attempt: record.data == b"b#0")
+    records = [("a", b"a#0"), ("b", b"b#0"), ("a", b"a#1"), ("b", b"b#1"), ("a", b"a#2")]
+    answer = post_json(api.url, body_of(records))
+
+    assert answer.status == 200
+    entries = answer.json["records"]
+    assert answer.json["failedRecordCount"] == 4
+    assert "sequenceNumber" in entries[0]
+    assert all(e["errorCode"] == THROTTLED for e in entries[1:])
+    assert all("not sent" in e["errorMessage"] for e in entries[2:])
+    assert [r.data for r in read_stream(api.aws)] == [b"a#0"]
+
+
+def test_records_of_one_key_in_one_request_keep_their_order(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    api = make_api(FailingProducer, fails=lambda _record, attempt: attempt == 1)
+    records = [(f"k{i % 3}", f"k{i % 3}#{i // 3}".encode()) for i in range(12)]
+    answer = post_json(api.url, body_of(records))
+
+    assert answer.status == 200 and answer.json["failedRecordCount"] == 0
+    stream = read_stream(api.aws)
+    for key in ("k0", "k1", "k2"):
+        mine = sorted((int(r.sequence_number), r.data) for r in stream if r.partition_key == key)
+        assert [data for _, data in mine] == [f"{key}#{n}".encode() for n in range(4)]
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (client_error("ThrottlingException"), 429),
+        (client_error("LimitExceededException"), 429),
+        (client_error(THROTTLED), 429),
+        (client_error("KMSThrottlingException"), 429),
+        (client_error("InternalFailureException", 500), 503),
+        (client_error("ServiceUnavailable", 503), 503),
+        (EndpointConnectionError(endpoint_url="https://kinesis.invalid"), 503),
+    ],
+)
+def test_a_whole_call_refused_by_kinesis_is_429_or_503(
+    make_api: Callable[..., ApiUnderTest], error: Exception, status: int
+) -> None:
+    api = make_api(RaisingProducer, error=error)
+    answer = post_json(api.url, body_of([("a", b"1"), ("a", b"2")]))
+    assert answer.status == status
+    assert answer.header("Retry-After") == "1"
+    assert answer.json["field"] is None
+    assert read_stream(api.aws) == []
+
+
+def test_kinesis_refusing_the_arguments_is_400_not_a_retry(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    api = make_api(RaisingProducer, error=client_error("InvalidArgumentException"))
+    answer = post_json(api.url, body_of([("a", b"1")]))
+    assert answer.status == 400
+    assert answer.json["field"] == "records"
+    assert "InvalidArgumentException" in answer.json["error"]
+
+
+def test_a_misconfigured_stream_is_a_json_500_naming_the_code(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    api = make_api(RaisingProducer, error=client_error("ResourceNotFoundException"))
+    answer = post_json(api.url, body_of([("a", b"1")]))
+    assert answer.status == 500
+    assert answer.json == {
+        "error": "the stream refused the records (ResourceNotFoundException); nothing was put",
+        "field": None,
+        "limit": None,
+    }
+
+
+def test_later_round_failing_as_a_whole_answers_the_first_round_and_errors_for_the_rest(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    class SecondCallRaises(Producer):
+        def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
+            if self.calls == 1:
+                self.calls += 1
+                raise client_error("ThrottlingException")
+            return super()._send(batch, results)
+
+    api = make_api(SecondCallRaises)
+    answer = post_json(api.url, body_of([("a", b"a#0"), ("b", b"b#0"), ("a", b"a#1")]))
+
+    assert answer.status == 200
+    entries = answer.json["records"]
+    assert answer.json["failedRecordCount"] == 1
+    assert "sequenceNumber" in entries[0] and "sequenceNumber" in entries[1]
+    assert entries[2]["errorCode"] == "ThrottlingException"
+    assert sorted(r.data for r in read_stream(api.aws)) == [b"a#0", b"b#0"]
+
+
+def test_a_whole_call_failing_after_some_records_went_in_never_answers_nothing_put(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    """First call: one record in, one throttled; the retry then fails as a whole. The
+    record that went in must be answered with its sequence number (not 429 "nothing was
+    put", which would make a client resend it and duplicate it in the log)."""
+
+    class PartialThenRaises(FailingProducer):
+        def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
+            if self.calls >= 1:
+                self.calls += 1
+                raise client_error("ThrottlingException")
+            return super()._send(batch, results)
+
+    api = make_api(PartialThenRaises, fails=lambda record, _attempt: record.data == b"b#0")
+    answer = post_json(api.url, body_of([("a", b"a#0"), ("b", b"b#0")]))
+
+    assert answer.status == 200
+    entries = answer.json["records"]
+    assert "sequenceNumber" in entries[0]
+    assert entries[1]["errorCode"] == "ThrottlingException"
+    assert answer.json["failedRecordCount"] == 1
+    assert [r.data for r in read_stream(api.aws)] == [b"a#0"]
+
+
+def test_rounds_hold_each_key_once_in_request_order() -> None:
+    keys = ["a", "b", "a", "c", "a", "b"]
+    records = [ProducerRecord(k, b"") for k in keys]
+    assert rounds(records) == [[0, 1, 3], [2, 5], [4]]
+    assert rounds([]) == []
