@@ -32,9 +32,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardlog.config import ShardlogConfig
-from shardlog.format import IncomingRecord, decode_segment, segment_key
+from shardlog.format import IncomingRecord
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.segments import SegmentStore
 from shardlog.spark.io import RECORD_COLUMNS, parquet_bytes, segment_batch
 from shardlog.spark.jobs import JobArgs
 from shardlog.tables import Tables
@@ -74,19 +75,18 @@ def write_log(config: ShardlogConfig, records: int, segment_records: int) -> Non
 
 def bench_baseline(config: ShardlogConfig) -> Row:
     """Single process: list, GET + decode, group by file with pyarrow, PUT Parquet."""
-    from spark_jobs.compact import batch_bounds, segment_starts
+    from shardlog.spark.compaction import batch_bounds
 
     clients = config.clients()
+    store = SegmentStore(clients, config.bucket)
     started = time.perf_counter()
     total = files = 0
     for partition in Tables(clients, config.tables).list_partitions():
-        starts = segment_starts(clients.s3, config.bucket, partition.partition_id, 0)
+        starts = store.starts(partition.partition_id)
         bounds = batch_bounds(starts, 0, partition.next_seq, partition.next_seq)
         batches = []
         for first in bounds[:-1]:
-            key = segment_key(partition.partition_id, first)
-            body = clients.s3.get_object(Bucket=config.bucket, Key=key)["Body"].read()
-            batches.append(segment_batch(decode_segment(body)))
+            batches.append(segment_batch(store.fetch(partition.partition_id, first)))
         table = pa.Table.from_batches(batches)
         hours = pc.strftime(table.column("arrival_time"), format="date=%Y-%m-%d/hour=%H")
         table = table.append_column("file_hour", hours)

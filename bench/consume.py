@@ -28,9 +28,10 @@ from shardlog import constants as C
 from shardlog.aws import RequestCounter
 from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
-from shardlog.format import IncomingRecord, LogRecord, decode_segment, partition_prefix
+from shardlog.format import IncomingRecord, LogRecord
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.segments import SegmentStore
 from shardlog.tables import partition_key
 from shardlog.writer import LogWriter, WriterSettings
 
@@ -88,12 +89,10 @@ def bench_baseline(config: ShardlogConfig, partitions: list[str]) -> Row:
     counter = RequestCounter().attach(clients)
     records = 0
     start = time.perf_counter()
+    store = SegmentStore(clients, config.bucket)
     for partition_id in partitions:
-        paginator = clients.s3.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=config.bucket, Prefix=partition_prefix(partition_id)):
-            for obj in page.get("Contents", []):
-                body = clients.s3.get_object(Bucket=config.bucket, Key=obj["Key"])["Body"].read()
-                records += len(decode_segment(body).records)
+        for first in store.starts(partition_id):
+            records += len(store.fetch(partition_id, first).records)
     return Row("baseline: GetObject + decode, 1 thread", records, time.perf_counter() - start,
                counter.total)  # fmt: skip
 

@@ -28,6 +28,7 @@ from shardlog.config import ShardlogConfig
 from shardlog.format import IncomingRecord
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.segments import segment_key
 from shardlog.writer import LogWriter, WriterSettings
 
 
@@ -124,7 +125,7 @@ def bench_baseline(config: ShardlogConfig, records: list[IncomingRecord]) -> Row
         )
         seq = int(response["Attributes"]["nextSequenceNumber"]["N"]) - 1
         clients.s3.put_object(
-            Bucket=config.bucket, Key=f"events/{partition}/{seq:020d}", Body=record.data
+            Bucket=config.bucket, Key=segment_key(partition, seq), Body=record.data
         )
     return Row("baseline (Safya: increment + PutObject per record)", len(records),
                time.perf_counter() - start, counter.total)  # fmt: skip

@@ -59,23 +59,6 @@ class Segment:
         return self.first_seq + len(self.records)
 
 
-def segment_key(partition_id: str, seq: int) -> str:
-    if not 0 <= seq < 10**C.SEQ_DIGITS:
-        raise ValueError(f"seq {seq} does not fit {C.SEQ_DIGITS} digits")
-    return f"{C.EVENTS_PREFIX}{partition_id}/{seq:0{C.SEQ_DIGITS}d}"
-
-
-def partition_prefix(partition_id: str) -> str:
-    return f"{C.EVENTS_PREFIX}{partition_id}/"
-
-
-def seq_of_key(key: str) -> int:
-    tail = key.rsplit("/", 1)[-1]
-    if len(tail) != C.SEQ_DIGITS or not (tail.isascii() and tail.isdigit()):
-        raise SegmentFormatError(f"not a segment key: {key!r}")
-    return int(tail)
-
-
 def encoded_record_size(record: IncomingRecord) -> int:
     return (
         _RECORD_SEQ_LEN.size

@@ -27,15 +27,9 @@ from shardlog.exceptions import (
     ShardlogError,
     aws_error_code,
 )
-from shardlog.format import (
-    IncomingRecord,
-    Segment,
-    decode_segment,
-    encode_segment,
-    plan_segments,
-    segment_key,
-)
+from shardlog.format import IncomingRecord, Segment, encode_segment, plan_segments
 from shardlog.lease import LeaseManager
+from shardlog.segments import SegmentStore, segment_key
 from shardlog.tables import (
     Lease,
     PartitionInfo,
@@ -102,6 +96,7 @@ class LogWriter:
         self.settings = settings or WriterSettings()
         self.clock = clock or SystemClock()
         self.tables = Tables(clients, self.settings.tables)
+        self.store = SegmentStore(clients, self.settings.bucket)
         self.leases = LeaseManager(
             clients,
             self.settings.tables.consumers,
@@ -137,7 +132,7 @@ class LogWriter:
         while planned:
             chunk = planned.popleft()
             body = encode_segment(partition_id, batch.new_head, chunk, self.clock.now_ms())
-            if self._create(segment_key(partition_id, batch.new_head), body):
+            if self.store.create(partition_id, batch.new_head, body):
                 batch.written += 1
                 batch.added_bytes += len(body)
                 batch.new_head += len(chunk)
@@ -187,41 +182,14 @@ class LogWriter:
         )
 
     # --- steps ---------------------------------------------------------------------------
-    def _create(self, key: str, body: bytes) -> bool:
-        """Conditional create. False when an object already sits at the key (HTTP 412)."""
-        try:
-            self.clients.s3.put_object(
-                Bucket=self.settings.bucket,
-                Key=key,
-                Body=body,
-                IfNoneMatch="*",
-                ContentType="application/vnd.shardlog.segment",
-            )
-        except ClientError as exc:
-            if aws_error_code(exc) in ("PreconditionFailed", "412"):
-                return False
-            # A concurrent conditional write on the same key may answer 409: the
-            # other writer's object is (or is about to be) there; treat it like 412.
-            if aws_error_code(exc) == "ConditionalRequestConflict":
-                return False
-            raise
-        return True
-
     def _adoptable(self, partition_id: str, seq: int, pending: Sequence[IncomingRecord]) -> Segment:
         """The uncommitted leftover at ``seq``, verified to hold exactly our next records."""
-        key = segment_key(partition_id, seq)
-        body = self.clients.s3.get_object(Bucket=self.settings.bucket, Key=key)["Body"].read()
-        leftover = decode_segment(body)
-        if leftover.partition_id != partition_id or leftover.first_seq != seq:
-            raise CorruptLogError(
-                f"{key} holds {leftover.partition_id}/{leftover.first_seq}, "
-                f"not {partition_id}/{seq}"
-            )
+        leftover = self.store.fetch(partition_id, seq)
         for ours, theirs in zip(pending, leftover.records, strict=False):
             if ours.kinesis_sequence_number != theirs.kinesis_sequence_number:
                 raise CorruptLogError(
-                    f"uncommitted segment {key} starts with Kinesis record "
-                    f"{leftover.records[0].kinesis_sequence_number}, expected "
+                    f"uncommitted segment {segment_key(partition_id, seq)} starts with "
+                    f"Kinesis record {leftover.records[0].kinesis_sequence_number}, expected "
                     f"{pending[0].kinesis_sequence_number}: refusing to overwrite or skip"
                 )
         return leftover

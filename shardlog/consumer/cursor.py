@@ -1,6 +1,6 @@
 """A forward cursor over one partition's committed log, batch by batch.
 
-It keeps one ``LogReader.segments`` iterator open while there is log below the head it
+It keeps one ``SegmentStore.segments`` iterator open while there is log below the head it
 read, so a segment is fetched once however many batches it feeds, and reopens it
 (re-reading the head) once that is consumed. Only committed records are returned.
 """
@@ -73,7 +73,9 @@ class PartitionCursor:
         self.ended = partition is not None and partition.state == C.STATE_ENDED
         if self.position >= self.head:
             return iter(())
-        return self.reader.segments(self.partition_id, self.position, self.head)
+        return self.reader.store.segments(
+            self.partition_id, self.position, self.head, prefetch=self.reader.prefetch
+        )
 
     def segment_offset(self, seq: int) -> int | None:
         """How far ``seq`` is inside its segment, when it is inside one (not its first record)."""

@@ -7,14 +7,13 @@ checkpoint always wins. ``replay`` reads any range of one partition without a gr
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
-from shardlog import constants as C
 from shardlog.exceptions import ValidationError
-from shardlog.format import LogRecord, Segment, decode_segment, partition_prefix, seq_of_key
+from shardlog.format import LogRecord, Segment
 from shardlog.reader import LogReader
 
 
@@ -96,12 +95,12 @@ def seq_at_timestamp(
     over the segments (one GetObject per probe), then a scan of one segment.
     """
     head = reader.head(partition_id) if head is None else head
-    starts = [s for s in _segment_starts(reader, partition_id) if s < head]
+    starts = list(itertools.takewhile(lambda s: s < head, reader.store.starts(partition_id)))
     low, high = 0, len(starts)  # find the first segment whose last arrival >= timestamp
     found: Segment | None = None
     while low < high:
         middle = (low + high) // 2
-        segment = _fetch(reader, partition_id, starts[middle])
+        segment = reader.store.fetch(partition_id, starts[middle])
         if segment.records[-1].arrival_ms >= timestamp_ms:
             found, high = segment, middle
         else:
@@ -109,7 +108,7 @@ def seq_at_timestamp(
     if found is None or low >= len(starts):
         return head
     if found.first_seq != starts[low]:
-        found = _fetch(reader, partition_id, starts[low])
+        found = reader.store.fetch(partition_id, starts[low])
     return next(r.seq for r in found.records if r.arrival_ms >= timestamp_ms)
 
 
@@ -129,20 +128,3 @@ def replay(
     if at_timestamp_ms is not None:
         from_seq = max(from_seq, seq_at_timestamp(reader, partition_id, at_timestamp_ms))
     return reader.records(partition_id, from_seq, to_seq)
-
-
-def _segment_starts(reader: LogReader, partition_id: str) -> list[int]:
-    prefix = partition_prefix(partition_id)
-    paginator = reader.clients.s3.get_paginator("list_objects_v2")
-    kwargs: dict[str, Any] = {"Bucket": reader.bucket, "Prefix": prefix}
-    return [
-        seq_of_key(obj["Key"])
-        for page in paginator.paginate(**kwargs)
-        for obj in page.get("Contents", [])
-    ]
-
-
-def _fetch(reader: LogReader, partition_id: str, seq: int) -> Segment:
-    key = f"{partition_prefix(partition_id)}{seq:0{C.SEQ_DIGITS}d}"
-    body = reader.clients.s3.get_object(Bucket=reader.bucket, Key=key)["Body"].read()
-    return decode_segment(body)

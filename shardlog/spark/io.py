@@ -5,8 +5,9 @@ writers cannot touch S3 here; on EMR they could (EMRFS), but then local and EMR 
 take different code paths. Instead the data moves through ``mapInArrow`` functions that run
 in the executors and talk to S3 with boto3, exactly like the rest of shardlog:
 
-- ``SegmentReader``: a task per committed segment: GetObject, ``decode_segment`` (stdlib),
-  check it is the segment the driver planned (density), emit Arrow record batches;
+- ``SegmentReader``: a task per committed segment: fetch and decode it through the one
+  ``SegmentStore``, check it is the segment the driver planned (density), emit Arrow
+  record batches;
 - ``FileWriter``: rows arrive grouped by ``file_key`` and sorted by seq; each group becomes
   one Parquet object, written with a single PutObject at its deterministic key, so a retry
   overwrites it (S3 PUT is atomic: a reader sees the old or the new object, never half);
@@ -28,8 +29,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardlog.config import ShardlogConfig
-from shardlog.exceptions import CorruptLogError
-from shardlog.format import Segment, decode_segment
+from shardlog.format import Segment
+from shardlog.segments import SegmentStore, check_segment
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")
 
@@ -58,7 +59,7 @@ ARROW_RECORD_SCHEMA = pa.schema(
         pa.field("committed_at", UTC_MICROS, nullable=False),
     ]
 )
-SEGMENT_TASK_SCHEMA = "partition_id string, key string, first_seq long, next_seq long"
+SEGMENT_TASK_SCHEMA = "partition_id string, first_seq long, next_seq long"
 FILE_TASK_SCHEMA = "key string"
 FILE_STATS_SCHEMA = (
     "file_key string, partition_id string, records long, bytes long, first_seq long, last_seq long"
@@ -94,31 +95,17 @@ def segment_batch(segment: Segment) -> pa.RecordBatch:
     )
 
 
-def check_segment(segment: Segment, partition_id: str, first_seq: int, next_seq: int) -> None:
-    """The segment is the one planned: same partition, starts and ends where the chain says."""
-    if (segment.partition_id, segment.first_seq, segment.next_seq) != (
-        partition_id,
-        first_seq,
-        next_seq,
-    ):
-        raise CorruptLogError(
-            f"{partition_id}: expected the segment of seqs [{first_seq}, {next_seq}), found "
-            f"{segment.partition_id} [{segment.first_seq}, {segment.next_seq}): "
-            "a committed segment is missing or misplaced"
-        )
-
-
 @dataclass(frozen=True)
 class SegmentReader:
     config: ShardlogConfig
 
     def __call__(self, tasks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        s3 = self.config.clients().s3
+        store = SegmentStore(self.config.clients(), self.config.bucket)
         for batch in tasks:
             for task in batch.to_pylist():
-                body = s3.get_object(Bucket=self.config.bucket, Key=task["key"])["Body"].read()
-                segment = decode_segment(body)
-                check_segment(segment, task["partition_id"], task["first_seq"], task["next_seq"])
+                partition_id, first_seq = task["partition_id"], task["first_seq"]
+                segment = store.fetch(partition_id, first_seq)
+                check_segment(segment, partition_id, first_seq, task["next_seq"])
                 yield segment_batch(segment)
 
 

@@ -13,15 +13,11 @@ import pytest
 from shardlog import constants as C
 from shardlog.format import IncomingRecord
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.segments import segment_key
+from shardlog.spark.compaction import CompactionReport, begin_batches, plan_batches
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.watermark import WatermarkStore
-from spark_jobs.compact import (
-    CompactionReport,
-    begin_batches,
-    compact,
-    plan_batches,
-    write_batches,
-)
+from spark_jobs.compact import compact, write_batches
 from tests.spark.helpers import compacted_objects, compacted_rows, log_rows
 from tests.support.aws import AwsEnv
 from tests.support.factories import incoming_records, writer_for
@@ -145,7 +141,7 @@ def test_ended_partitions_reach_shard_end_closed_ones_keep_going(
 
 
 def test_a_missing_segment_fails_the_run_and_keeps_the_watermark(spark: Any, log: AwsEnv) -> None:
-    log.clients.s3.delete_object(Bucket=log.config.bucket, Key=f"events/{P0}/{100:020d}")
+    log.clients.s3.delete_object(Bucket=log.config.bucket, Key=segment_key(P0, 100))
     with pytest.raises(Exception, match="a committed segment is missing"):
         compact(spark, job_args(log))
     store = WatermarkStore(log.clients, log.config.consumers_table)

@@ -9,6 +9,7 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from shardlog.exceptions import CorruptLogError
+from shardlog.spark.compaction import batch_bounds
 from shardlog.spark.io import RECORD_SCHEMA
 from spark_jobs.analytics import (
     committed_rows,
@@ -20,7 +21,7 @@ from spark_jobs.analytics import (
     top_keys,
     with_ingest_delay,
 )
-from spark_jobs.compact import batch_bounds, with_file_keys, with_time_partitions
+from spark_jobs.compact import with_file_keys, with_time_partitions
 
 P0, P1 = "shardId-000000000000", "shardId-000000000001"
 

@@ -18,10 +18,7 @@ from shardlog.format import (
     decode_segment,
     encode_segment,
     encoded_record_size,
-    partition_prefix,
     plan_segments,
-    segment_key,
-    seq_of_key,
 )
 from tests.support import DOCS
 
@@ -193,7 +190,6 @@ def test_worked_example_decodes_to_the_documented_records() -> None:
         (7, "user-42", b'{"n":1}'),
         (8, "\u00e9", b"\x00\xff"),
     ]
-    assert segment_key(EXAMPLE_PARTITION, 7) == "events/shardId-000000000000/00000000000000000007"
 
 
 def test_documented_decoder_reads_the_example_and_rejects_defects() -> None:
@@ -375,56 +371,3 @@ def test_encoded_record_size_is_the_bytes_the_record_takes() -> None:
     one = encode_segment("p", 0, [record], 0)
     two = encode_segment("p", 0, [record, record], 0)
     assert len(two) - len(one) == encoded_record_size(record)
-
-
-# --- keys -------------------------------------------------------------------------------------
-
-
-def test_segment_key_layout() -> None:
-    assert segment_key("shardId-000000000001", 0) == (
-        "events/shardId-000000000001/00000000000000000000"
-    )
-    assert segment_key("p", 10**20 - 1) == "events/p/99999999999999999999"
-    assert partition_prefix("p") == "events/p/"
-    assert segment_key("p", 5).startswith(partition_prefix("p"))
-    assert len(segment_key("p", 123).rsplit("/", 1)[1]) == C.SEQ_DIGITS
-
-
-@pytest.mark.parametrize("seq", [-1, 10**20])
-def test_segment_key_rejects_seqs_that_do_not_fit(seq: int) -> None:
-    with pytest.raises(ValueError, match="does not fit 20 digits"):
-        segment_key("p", seq)
-
-
-def test_keys_sort_in_log_order_and_round_trip() -> None:
-    seqs = [0, 1, 9, 10, 99, 100, 12345, 10**19, 10**20 - 1]
-    keys = [segment_key("shardId-000000000000", s) for s in seqs]
-    assert sorted(keys) == keys
-    assert [seq_of_key(k) for k in keys] == seqs
-
-
-@pytest.mark.parametrize(
-    "key",
-    [
-        "events/p/7",
-        "events/p/" + "1" * 19,
-        "events/p/" + "1" * 21,
-        "events/p/0000000000000000000a",
-        "events/p/-0000000000000000001",
-        "events/p/ 0000000000000000001",
-        "events/p/",
-        "",
-        "events/p/00000000000000000001/",
-    ],
-)
-def test_seq_of_key_rejects_bad_keys(key: str) -> None:
-    with pytest.raises(SegmentFormatError, match="not a segment key"):
-        seq_of_key(key)
-
-
-@pytest.mark.parametrize(
-    "tail", ["\u0660" * 20, "\u00b2" * 20], ids=["arabic-indic", "superscript"]
-)
-def test_seq_of_key_rejects_non_ascii_digits(tail: str) -> None:
-    with pytest.raises(SegmentFormatError, match="not a segment key"):
-        seq_of_key("events/p/" + tail)

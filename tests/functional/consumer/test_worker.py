@@ -19,7 +19,8 @@ from shardlog.consumer import (
     group_progress,
 )
 from shardlog.exceptions import ValidationError
-from shardlog.format import LogRecord, segment_key
+from shardlog.format import LogRecord
+from shardlog.segments import segment_key
 from shardlog.tables import Tables
 from tests.support.aws import AwsEnv
 from tests.support.factories import (

@@ -10,8 +10,9 @@ import pytest
 from shardlog import constants as C
 from shardlog.clock import ManualClock
 from shardlog.exceptions import CorruptLogError, LeaseHeldError, LeaseLostError
-from shardlog.format import encode_segment, segment_key
+from shardlog.format import encode_segment
 from shardlog.reader import LogReader
+from shardlog.segments import segment_key
 from shardlog.tables import Tables
 from shardlog.writer import LogWriter
 from tests.support.aws import AwsEnv, make_env

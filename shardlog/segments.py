@@ -1,0 +1,201 @@
+"""The segment store: the one owner of the log's layout in S3.
+
+Every reader and writer of the log goes through it, so the layout lives in one place:
+
+- **keys**: ``events/<partition id>/<seq>``, ``<seq>`` zero-padded to 20 digits, so keys
+  sort in log order and ``ListObjectsV2(StartAfter=...)`` resumes anywhere;
+- **listing**: the first seqs of a partition's segment objects, in log order, from any seq;
+- **fetch**: GetObject + ``decode_segment`` + the check that the object is the segment
+  its key names (partition and first seq);
+- **density**: below the committed head (``nextSequenceNumber``, read by the caller from
+  the partitions table) the segments must follow each other without a gap; a missing or
+  misplaced segment raises CorruptLogError, it is never skipped. Objects at or past the
+  head are uncommitted leftovers and stay invisible;
+- **create**: the conditional create (``If-None-Match: *``) the write path relies on.
+
+The store never reads DynamoDB: which head to trust is the caller's decision
+(``LogReader`` reads it; the Spark executors get it from the driver's plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shardlog import constants as C
+from shardlog.aws import Clients
+from shardlog.exceptions import CorruptLogError, SegmentFormatError, aws_error_code
+from shardlog.format import LogRecord, Segment, decode_segment
+
+SEGMENT_CONTENT_TYPE = "application/vnd.shardlog.segment"
+# S3's answers to a conditional create whose key exists: 412, or 409 while a concurrent
+# conditional write on the same key is in flight (the other writer's object is, or is
+# about to be, there).
+_KEY_EXISTS = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
+_FIRST_LOOKBACK = 1024
+
+
+def segment_key(partition_id: str, seq: int) -> str:
+    """The key of the segment whose first record is ``seq``."""
+    if not 0 <= seq < 10**C.SEQ_DIGITS:
+        raise ValueError(f"seq {seq} does not fit {C.SEQ_DIGITS} digits")
+    return f"{partition_prefix(partition_id)}{seq:0{C.SEQ_DIGITS}d}"
+
+
+def partition_prefix(partition_id: str) -> str:
+    """The prefix under which every segment of a partition sits."""
+    if not partition_id or "/" in partition_id:
+        raise ValueError(f"not a partition id: {partition_id!r}")
+    return f"{C.EVENTS_PREFIX}{partition_id}/"
+
+
+def seq_of_key(key: str) -> int:
+    """The first seq a segment key names."""
+    tail = key.rsplit("/", 1)[-1]
+    if len(tail) != C.SEQ_DIGITS or not (tail.isascii() and tail.isdigit()):
+        raise SegmentFormatError(f"not a segment key: {key!r}")
+    return int(tail)
+
+
+def check_segment(segment: Segment, partition_id: str, first_seq: int, next_seq: int) -> None:
+    """The density check of one segment: it is exactly [first_seq, next_seq) of the partition."""
+    key = segment_key(partition_id, first_seq)
+    if segment.partition_id != partition_id:
+        raise CorruptLogError(f"{key} belongs to partition {segment.partition_id}")
+    if (segment.first_seq, segment.next_seq) != (first_seq, next_seq):
+        raise CorruptLogError(
+            f"{key}: expected seqs [{first_seq}, {next_seq}), the object holds "
+            f"[{segment.first_seq}, {segment.next_seq}): a committed segment is missing "
+            "or misplaced"
+        )
+
+
+class SegmentStore:
+    """The segments of one bucket. Thread-safe: boto3 clients may be shared by threads."""
+
+    def __init__(self, clients: Clients, bucket: str = C.DEFAULT_BUCKET_NAME) -> None:
+        self.clients = clients
+        self.bucket = bucket
+
+    # --- single objects ---------------------------------------------------------------
+    def create(self, partition_id: str, seq: int, body: bytes) -> bool:
+        """Conditional create of the segment at ``seq``. False when an object is already there."""
+        try:
+            self.clients.s3.put_object(
+                Bucket=self.bucket,
+                Key=segment_key(partition_id, seq),
+                Body=body,
+                IfNoneMatch="*",
+                ContentType=SEGMENT_CONTENT_TYPE,
+            )
+        except ClientError as exc:
+            if aws_error_code(exc) in _KEY_EXISTS:
+                return False
+            raise
+        return True
+
+    def fetch(self, partition_id: str, seq: int) -> Segment:
+        """The segment whose key names ``seq``, decoded and checked to be that segment."""
+        key = segment_key(partition_id, seq)
+        body = self.clients.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        segment = decode_segment(body)
+        if segment.partition_id != partition_id or segment.first_seq != seq:
+            raise CorruptLogError(
+                f"{key} holds {segment.partition_id}/{segment.first_seq}, not {partition_id}/{seq}"
+            )
+        return segment
+
+    # --- listing ----------------------------------------------------------------------
+    def starts(self, partition_id: str, from_seq: int = 0) -> Iterator[int]:
+        """First seqs of the partition's segment objects at or after ``from_seq``, in order.
+
+        Committed or not: the caller bounds them by the head it trusts.
+        """
+        prefix = partition_prefix(partition_id)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        if from_seq > 0:
+            kwargs["StartAfter"] = segment_key(partition_id, from_seq - 1)
+        for page in self.clients.s3.get_paginator("list_objects_v2").paginate(**kwargs):
+            for obj in page.get("Contents", []):
+                yield seq_of_key(obj["Key"])
+
+    def segment_start(self, partition_id: str, seq: int) -> int:
+        """The first seq of the segment holding committed ``seq``: the greatest start <= seq.
+
+        S3 lists forward only, so look back in doubling windows: O(log distance) requests.
+        """
+        if seq == 0:
+            return 0
+        prefix = partition_prefix(partition_id)
+        window = _FIRST_LOOKBACK
+        while True:
+            low = max(seq - window, 0)
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": 1000}
+            if low > 0:
+                kwargs["StartAfter"] = segment_key(partition_id, low - 1)
+            page = self.clients.s3.list_objects_v2(**kwargs)
+            starts = [seq_of_key(o["Key"]) for o in page.get("Contents", [])]
+            below = [s for s in starts if s <= seq]
+            if below and (len(below) < len(starts) or not page.get("IsTruncated")):
+                return max(below)
+            if below:  # the page was full of starts below seq: continue from its end
+                window = seq - max(below)
+                if window <= 0:
+                    return seq
+                continue
+            if low == 0:
+                raise CorruptLogError(f"{partition_id}: no segment holds committed seq {seq}")
+            window *= 2
+
+    # --- the committed log ------------------------------------------------------------
+    def segments(
+        self, partition_id: str, from_seq: int, head: int, *, prefetch: int = 8
+    ) -> Iterator[Segment]:
+        """Committed segments overlapping [from_seq, head), in order, verified dense.
+
+        ``head`` is the committed ``nextSequenceNumber`` the caller read: objects at or
+        past it are never returned. Up to ``prefetch`` segments are fetched ahead.
+        """
+        if from_seq < 0:
+            raise ValueError("from_seq must be >= 0")
+        if from_seq >= head:
+            return
+        expected = self.segment_start(partition_id, from_seq)
+        with ThreadPoolExecutor(max(1, prefetch)) as pool:
+            window: list[tuple[int, Future[Segment]]] = []
+            starts = self.starts(partition_id, expected)
+            while True:
+                while len(window) < max(1, prefetch):
+                    start = next(starts, None)
+                    if start is None or start >= head:
+                        break
+                    window.append((start, pool.submit(self.fetch, partition_id, start)))
+                if not window:
+                    break
+                start, future = window.pop(0)
+                if start != expected:
+                    raise CorruptLogError(
+                        f"{partition_id}: expected the segment at seq {expected}, found "
+                        f"{segment_key(partition_id, start)}: a committed segment is missing"
+                    )
+                segment = future.result()
+                expected = segment.next_seq
+                yield segment
+                if expected >= head:
+                    break
+        if expected < head:
+            raise CorruptLogError(
+                f"{partition_id}: committed head is {head} but the log ends at seq {expected}"
+            )
+
+    def records(
+        self, partition_id: str, from_seq: int, head: int, *, prefetch: int = 8
+    ) -> Iterator[LogRecord]:
+        """Committed records with from_seq <= seq < head, in order."""
+        for segment in self.segments(partition_id, from_seq, head, prefetch=prefetch):
+            for record in segment.records:
+                if from_seq <= record.seq < head:
+                    yield record
