@@ -6,7 +6,10 @@ conditional write: it becomes one of the domain errors below.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
+
+# DynamoDB's code for a write whose condition did not hold (shardlog.tables tests for it).
+CONDITIONAL_CHECK_FAILED: Final = "ConditionalCheckFailedException"
 
 
 class ShardlogError(Exception):
@@ -15,6 +18,27 @@ class ShardlogError(Exception):
     def __init__(self, message: str, *, aws_error_code: str | None = None) -> None:
         super().__init__(message)
         self.aws_error_code = aws_error_code
+
+
+# AWS codes that mean "too much, slow down" (Kinesis, DynamoDB, KMS, the API layer): the
+# request did nothing and may succeed later.
+THROTTLING_CODES: Final = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "LimitExceededException",
+        "KMSThrottlingException",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "SlowDown",
+    }
+)
+
+
+def is_throttling(exc: BaseException) -> bool:
+    return aws_error_code(exc) in THROTTLING_CODES
 
 
 def aws_error_code(exc: BaseException) -> str | None:
@@ -46,7 +70,7 @@ class LeaseHeldError(LeaseError):
     def __init__(self, group: str, partition_id: str, owner: str, expires_at_ms: int) -> None:
         super().__init__(
             f"lease {group}/{partition_id} is held by {owner!r} until {expires_at_ms} (epoch ms)",
-            aws_error_code="ConditionalCheckFailedException",
+            aws_error_code=CONDITIONAL_CHECK_FAILED,
         )
         self.group = group
         self.partition_id = partition_id
@@ -61,7 +85,7 @@ class LeaseLostError(LeaseError):
         suffix = f": {detail}" if detail else ""
         super().__init__(
             f"lease {group}/{partition_id} was lost{suffix}",
-            aws_error_code="ConditionalCheckFailedException",
+            aws_error_code=CONDITIONAL_CHECK_FAILED,
         )
         self.group = group
         self.partition_id = partition_id

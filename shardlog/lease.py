@@ -9,7 +9,6 @@ write (safety), so clock skew can delay a takeover but never allow two writers.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -17,24 +16,16 @@ from botocore.exceptions import ClientError
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
-from shardlog.exceptions import LeaseHeldError, LeaseLostError, aws_error_code
-from shardlog.tables import Lease, consumer_key
-
-_NAMES = {
-    "#owner": C.ATTR_LEASE_OWNER,
-    "#counter": C.ATTR_LEASE_COUNTER,
-    "#expires": C.ATTR_LEASE_EXPIRES_AT,
-    "#switches": C.ATTR_OWNER_SWITCHES,
-    "#cp": C.ATTR_CHECKPOINT,
-    "#sub": C.ATTR_CHECKPOINT_SUBSEQ,
-}
-_HELD = "#owner = :me AND #counter = :held"
-_CONDITIONAL_FAILED = "ConditionalCheckFailedException"
-_PLACEHOLDER = re.compile(r"[#:][A-Za-z]+")
-
-
-def _n(value: int) -> dict[str, str]:
-    return {"N": str(value)}
+from shardlog.exceptions import LeaseHeldError, LeaseLostError
+from shardlog.tables import (
+    Lease,
+    Update,
+    consumer_key,
+    is_conditional_failure,
+    n,
+    s,
+    update_item,
+)
 
 
 class LeaseManager:
@@ -63,36 +54,44 @@ class LeaseManager:
         """
         now = self.clock.now_ms()
         values = {
-            ":me": {"S": owner},
-            ":zero": _n(0),
-            ":one": _n(1),
-            ":now": _n(now),
-            ":expires": _n(now + self.lease_duration_ms),
+            ":me": s(owner),
+            ":zero": n(0),
+            ":one": n(1),
+            ":now": n(now),
+            ":expires": n(now + self.lease_duration_ms),
         }
-        sets = [
+        sets = (
             "#owner = :me",
             "#counter = if_not_exists(#counter, :zero) + :one",
             "#expires = :expires",
-        ]
+        )
         # A takeover (the common case: every ingest invocation is a new owner) counts an
         # owner switch. Only when that fails because we already own it, renew without one.
-        takeover = self._request(
-            group,
-            partition_id,
-            sets=[*sets, "#switches = if_not_exists(#switches, :zero) + :one"],
+        takeover = Update(
+            self.table_name,
+            consumer_key(group, partition_id),
+            (*sets, "#switches = if_not_exists(#switches, :zero) + :one"),
             condition="attribute_not_exists(#owner) OR (#expires <= :now AND NOT #owner = :me)",
             values=values,
         )
-        written, held = self._try_update(takeover)
-        if written:
-            return held  # type: ignore[return-value]
+        outcome = update_item(self.clients, takeover, item_on_failure=True)
+        held = Lease.from_item(outcome.item) if outcome.item else None
+        if outcome.written:
+            assert held is not None
+            return held
         if held is not None and held.owner == owner:
-            mine = self._request(
-                group, partition_id, sets=sets, condition="#owner = :me", values=values
+            mine = Update(
+                self.table_name,
+                consumer_key(group, partition_id),
+                sets,
+                condition="#owner = :me",
+                values=values,
             )
-            written, held = self._try_update(mine)
-            if written:
-                return held  # type: ignore[return-value]
+            outcome = update_item(self.clients, mine, item_on_failure=True)
+            held = Lease.from_item(outcome.item) if outcome.item else None
+            if outcome.written:
+                assert held is not None
+                return held
         raise LeaseHeldError(
             group,
             partition_id,
@@ -100,58 +99,47 @@ class LeaseManager:
             held.expires_at_ms if held else 0,
         )
 
-    def _try_update(self, request: dict[str, Any]) -> tuple[bool, Lease | None]:
-        """(True, the lease after the write), or (False, the lease that stood in the way)."""
-        try:
-            response = self.clients.dynamodb.update_item(
-                **request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
-            )
-        except ClientError as exc:
-            if aws_error_code(exc) != _CONDITIONAL_FAILED:
-                raise
-            item = exc.response.get("Item")
-            return False, Lease.from_item(item) if item else None
-        return True, Lease.from_item(response["Attributes"])
-
     def take(self, seen: Lease, owner: str) -> Lease:
         """Take or steal a lease as it was seen: conditional on the counter seen (KCL's take).
 
         Raises LeaseLostError when anyone wrote the lease since it was seen.
         """
         now = self.clock.now_ms()
-        request = self._request(
-            seen.group,
-            seen.partition_id,
-            sets=[
+        update = Update(
+            self.table_name,
+            consumer_key(seen.group, seen.partition_id),
+            (
                 "#owner = :me",
                 "#counter = :seen + :one",
                 "#expires = :expires",
                 "#switches = if_not_exists(#switches, :zero) + :switch",
-            ],
+            ),
             condition="#counter = :seen",
             values={
-                ":me": {"S": owner},
-                ":one": _n(1),
-                ":zero": _n(0),
-                ":seen": _n(seen.counter),
-                ":expires": _n(now + self.lease_duration_ms),
-                ":switch": _n(0 if seen.owner == owner else 1),
+                ":me": s(owner),
+                ":one": n(1),
+                ":zero": n(0),
+                ":seen": n(seen.counter),
+                ":expires": n(now + self.lease_duration_ms),
+                ":switch": n(0 if seen.owner == owner else 1),
             },
         )
-        return self._send(seen, request, "another worker wrote it first")
+        return self._send(seen, update, "another worker wrote it first")
 
     def renew(self, lease: Lease) -> Lease:
         expires = self.clock.now_ms() + self.lease_duration_ms
-        return self._send(lease, self._fenced(lease, ["#expires = :expires"], [], expires=expires))
+        update = self._update(lease, ("#expires = :expires",), values={":expires": n(expires)})
+        return self._send(lease, update.fenced(lease))
 
     def release(self, lease: Lease) -> Lease:
         """Give the lease up for immediate takeover (graceful handoff)."""
-        return self._send(lease, self._fenced(lease, ["#expires = :zero"], ["#owner"]))
+        update = self._update(lease, ("#expires = :zero",), ("#owner",), {":zero": n(0)})
+        return self._send(lease, update.fenced(lease))
 
     def checkpoint(self, lease: Lease, checkpoint: str, subseq: int | None = None) -> Lease:
         """Record progress; also renews the lease. Raises LeaseLostError when fenced."""
-        request = self.checkpoint_update(lease, checkpoint, subseq, now_ms=self.clock.now_ms())
-        return self._send(lease, request)
+        update = self.checkpoint_update(lease, checkpoint, subseq, now_ms=self.clock.now_ms())
+        return self._send(lease, update)
 
     def checkpoint_update(
         self,
@@ -161,8 +149,8 @@ class LeaseManager:
         *,
         release: bool = False,
         now_ms: int | None = None,
-    ) -> dict[str, Any]:
-        """The fenced checkpoint write, usable as an UpdateItem request or a transact ``Update``.
+    ) -> Update:
+        """The fenced checkpoint write, to send alone or as an item of a transaction.
 
         The ingest writer puts it in the same transaction as the partition head, so
         log and checkpoint never disagree; with ``release`` it also hands the lease
@@ -170,20 +158,19 @@ class LeaseManager:
         """
         sets = ["#cp = :cp", "#switches = :zero"]
         removes = []
-        extra: dict[str, Any] = {":cp": {"S": checkpoint}}
+        values: dict[str, Any] = {":cp": s(checkpoint), ":zero": n(0)}
         if subseq is None:
             removes.append("#sub")
         else:
             sets.append("#sub = :sub")
-            extra[":sub"] = _n(subseq)
-        expires = None
+            values[":sub"] = n(subseq)
         if release:
             sets.append("#expires = :zero")
             removes.append("#owner")
         elif now_ms is not None:
-            expires = now_ms + self.lease_duration_ms
             sets.append("#expires = :expires")
-        return self._fenced(lease, sets, removes, expires=expires, extra=extra)
+            values[":expires"] = n(now_ms + self.lease_duration_ms)
+        return self._update(lease, tuple(sets), tuple(removes), values).fenced(lease)
 
     def ensure(self, group: str, partition_id: str, parents: tuple[str, ...] = ()) -> None:
         """Create the lease item if it is missing (no owner, counter 0)."""
@@ -192,79 +179,38 @@ class LeaseManager:
                 TableName=self.table_name,
                 Item={
                     **consumer_key(group, partition_id),
-                    C.ATTR_LEASE_COUNTER: _n(0),
-                    C.ATTR_LEASE_EXPIRES_AT: _n(0),
-                    C.ATTR_OWNER_SWITCHES: _n(0),
-                    C.ATTR_PARENT_PARTITION_IDS: {"L": [{"S": p} for p in parents]},
+                    C.ATTR_LEASE_COUNTER: n(0),
+                    C.ATTR_LEASE_EXPIRES_AT: n(0),
+                    C.ATTR_OWNER_SWITCHES: n(0),
+                    C.ATTR_PARENT_PARTITION_IDS: {"L": [s(p) for p in parents]},
                 },
                 ConditionExpression="attribute_not_exists(#g)",
                 ExpressionAttributeNames={"#g": C.ATTR_CONSUMER_GROUP},
             )
         except ClientError as exc:
-            if aws_error_code(exc) != _CONDITIONAL_FAILED:
+            if not is_conditional_failure(exc):
                 raise
 
-    # --- request building ----------------------------------------------------------------
-    def _fenced(
+    # --- helpers -------------------------------------------------------------------------
+    def _update(
         self,
         lease: Lease,
-        sets: list[str],
-        removes: list[str],
-        *,
-        expires: int | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """An update only the holder may make; it increments the fencing counter."""
-        values: dict[str, Any] = {
-            ":me": {"S": lease.owner or ""},
-            ":held": _n(lease.counter),
-            ":one": _n(1),
-            ":zero": _n(0),
-            **(extra or {}),
-        }
-        if expires is not None:
-            values[":expires"] = _n(expires)
-        return self._request(
-            lease.group,
-            lease.partition_id,
-            sets=[*sets, "#counter = #counter + :one"],
-            removes=removes,
-            condition=_HELD,
-            values=values,
+        sets: tuple[str, ...],
+        removes: tuple[str, ...] = (),
+        values: dict[str, Any] | None = None,
+    ) -> Update:
+        return Update(
+            self.table_name,
+            consumer_key(lease.group, lease.partition_id),
+            sets,
+            removes,
+            values=values or {},
         )
 
-    def _request(
-        self,
-        group: str,
-        partition_id: str,
-        *,
-        sets: list[str],
-        condition: str,
-        values: dict[str, Any],
-        removes: list[str] | None = None,
-    ) -> dict[str, Any]:
-        expression = "SET " + ", ".join(sets)
-        if removes:
-            expression += " REMOVE " + ", ".join(removes)
-        used = set(_PLACEHOLDER.findall(expression + " " + condition))
-        return {
-            "TableName": self.table_name,
-            "Key": consumer_key(group, partition_id),
-            "UpdateExpression": expression,
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": {k: v for k, v in _NAMES.items() if k in used},
-            "ExpressionAttributeValues": {k: v for k, v in values.items() if k in used},
-        }
-
-    def _send(
-        self, lease: Lease, request: dict[str, Any], detail: str = "fenced by leaseCounter"
-    ) -> Lease:
-        try:
-            response = self.clients.dynamodb.update_item(**request, ReturnValues="ALL_NEW")
-        except ClientError as exc:
-            if aws_error_code(exc) != _CONDITIONAL_FAILED:
-                raise
+    def _send(self, lease: Lease, update: Update, detail: str = "fenced by leaseCounter") -> Lease:
+        outcome = update_item(self.clients, update)
+        if not outcome.written or outcome.item is None:
             raise LeaseLostError(
                 lease.group, lease.partition_id, f"{detail} (held counter {lease.counter})"
-            ) from exc
-        return Lease.from_item(response["Attributes"])
+            )
+        return Lease.from_item(outcome.item)

@@ -12,12 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from shardlog import constants as C
 from shardlog.aws import Clients
-from shardlog.exceptions import aws_error_code
-from shardlog.tables import PartitionInfo, TableNames, Tables, kinesis_seq_int, partition_key
+from shardlog.partitions import PartitionState, close, end, initial_state, reaches_end
+from shardlog.tables import (
+    PartitionInfo,
+    TableNames,
+    Tables,
+    Update,
+    n,
+    partition_key,
+    s,
+    update_item,
+)
 
 _END_PROBE_CALLS = 5
 
@@ -67,76 +74,49 @@ class ShardSync:
                     result.created.append(shard_id)
                 partition = self.tables.get_partition(shard_id)
                 assert partition is not None
-            if ending is not None and partition.state == C.STATE_OPEN:
-                self._update_state(shard_id, C.STATE_OPEN, C.STATE_CLOSED, ending)
+            if ending is not None and partition.state == PartitionState.OPEN:
+                # False: another sync closed it first; either way it is CLOSED now.
+                close(self.clients, self.tables.names.partitions, shard_id, ending)
                 result.closed.append(shard_id)
-                partition = replace(partition, state=C.STATE_CLOSED, ending_kinesis_seq=ending)
-            if partition.state == C.STATE_CLOSED and self._fully_ingested(partition):
-                self._update_state(shard_id, C.STATE_CLOSED, C.STATE_ENDED)
+                partition = replace(
+                    partition, state=PartitionState.CLOSED, ending_kinesis_seq=ending
+                )
+            if partition.state == PartitionState.CLOSED and self._fully_ingested(partition):
+                end(self.clients, self.tables.names.partitions, shard_id)
                 result.ended.append(shard_id)
         return result
 
     def _record_lineage(self, shard: dict[str, Any], *, exists: bool) -> bool:
         """Create the partition item, or add lineage to one the writer created first."""
         hash_range = shard["HashKeyRange"]
-        ranges = shard["SequenceNumberRange"]
-        values: dict[str, Any] = {
-            ":parents": {"L": [{"S": p} for p in parents_of(shard)]},
-            ":start": {"S": hash_range["StartingHashKey"]},
-            ":end": {"S": hash_range["EndingHashKey"]},
-            ":kstart": {"S": ranges["StartingSequenceNumber"]},
-            ":zero": {"N": "0"},
-            ":open": {"S": C.STATE_OPEN},
-        }
-        self.clients.dynamodb.update_item(
-            TableName=self.tables.names.partitions,
-            Key=partition_key(shard["ShardId"]),
-            UpdateExpression=(
-                "SET #parents = :parents, #hstart = :start, #hend = :end, "
-                "#kstart = if_not_exists(#kstart, :kstart), "
-                "#next = if_not_exists(#next, :zero), #state = if_not_exists(#state, :open)"
+        state_sets, state_values = initial_state()
+        update = Update(
+            self.tables.names.partitions,
+            partition_key(shard["ShardId"]),
+            (
+                "#parents = :parents",
+                "#hstart = :start",
+                "#hend = :end",
+                "#kstart = if_not_exists(#kstart, :kstart)",
+                "#next = if_not_exists(#next, :zero)",
+                *state_sets,
             ),
-            ExpressionAttributeNames={
-                "#parents": C.ATTR_PARENT_PARTITION_IDS,
-                "#hstart": C.ATTR_STARTING_HASH_KEY,
-                "#hend": C.ATTR_ENDING_HASH_KEY,
-                "#kstart": C.ATTR_STARTING_KINESIS_SEQ,
-                "#next": C.ATTR_NEXT_SEQUENCE_NUMBER,
-                "#state": C.ATTR_STATE,
+            values={
+                ":parents": {"L": [s(p) for p in parents_of(shard)]},
+                ":start": s(hash_range["StartingHashKey"]),
+                ":end": s(hash_range["EndingHashKey"]),
+                ":kstart": s(shard["SequenceNumberRange"]["StartingSequenceNumber"]),
+                ":zero": n(0),
+                **state_values,
             },
-            ExpressionAttributeValues=values,
         )
+        update_item(self.clients, update)
         return not exists
-
-    def _update_state(
-        self, shard_id: str, expected: str, new: str, ending: str | None = None
-    ) -> None:
-        sets = "#state = :new" + (", #ending = :ending" if ending is not None else "")
-        values: dict[str, Any] = {":new": {"S": new}, ":expected": {"S": expected}}
-        names = {"#state": C.ATTR_STATE}
-        if ending is not None:
-            values[":ending"] = {"S": ending}
-            names["#ending"] = C.ATTR_ENDING_KINESIS_SEQ
-        try:
-            self.clients.dynamodb.update_item(
-                TableName=self.tables.names.partitions,
-                Key=partition_key(shard_id),
-                UpdateExpression="SET " + sets,
-                ConditionExpression="#state = :expected",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as exc:
-            # Another sync (or the writer's commit) moved the state first: fine.
-            if aws_error_code(exc) != "ConditionalCheckFailedException":
-                raise
 
     def _fully_ingested(self, partition: PartitionInfo) -> bool:
         lease = self.tables.get_lease(C.INGEST_GROUP, partition.partition_id)
         checkpoint = lease.checkpoint if lease else None
-        if partition.ending_kinesis_seq is not None and kinesis_seq_int(
-            checkpoint
-        ) >= kinesis_seq_int(partition.ending_kinesis_seq):
+        if reaches_end(partition, checkpoint):
             return True
         return self._nothing_after(partition.partition_id, checkpoint)
 

@@ -1,20 +1,57 @@
-"""The partitions and consumers tables: item shapes and plain reads.
+"""The partitions and consumers tables: item shapes, reads, and the one way to write them.
 
-docs/TABLES.md describes every attribute. Conditional writes live with the logic
-that owns them (lease.py, writer.py, shardsync.py); this module only reads.
+docs/TABLES.md describes every attribute. Every conditional write is an ``Update`` built
+here and sent with ``update_item``, and only ``is_conditional_failure`` decides that
+DynamoDB refused a condition; the logic that owns a write (lease.py, writer.py,
+shardsync.py, spark/watermark.py) turns that refusal into its own domain error, so a
+``ConditionalCheckFailedException`` never leaks past it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from boto3.dynamodb.types import TypeDeserializer
+from botocore.exceptions import ClientError
 
 from shardlog import constants as C
 from shardlog.aws import Clients
+from shardlog.exceptions import CONDITIONAL_CHECK_FAILED, aws_error_code
 
 _DESERIALIZER = TypeDeserializer()
+
+
+TRANSACTION_CANCELED: Final = "TransactionCanceledException"
+# The cancellation reason of a transaction item whose condition did not hold.
+CONDITION_FAILED_REASON: Final = "ConditionalCheckFailed"
+
+
+def is_conditional_failure(exc: BaseException) -> bool:
+    """DynamoDB refused a write because its condition did not hold (and wrote nothing)."""
+    return aws_error_code(exc) == CONDITIONAL_CHECK_FAILED
+
+
+def cancelled_items(exc: BaseException) -> list[bool] | None:
+    """For a transaction DynamoDB cancelled, per item: did its condition fail?
+    None when ``exc`` is not a cancelled transaction."""
+    if aws_error_code(exc) != TRANSACTION_CANCELED:
+        return None
+    response: Any = getattr(exc, "response", {})
+    reasons = response.get("CancellationReasons", [])
+    return [r.get("Code") == CONDITION_FAILED_REASON for r in reasons]
+
+
+def n(value: int) -> dict[str, str]:
+    """A DynamoDB number value."""
+    return {"N": str(value)}
+
+
+def s(value: str) -> dict[str, str]:
+    """A DynamoDB string value."""
+    return {"S": value}
 
 
 def from_ddb(item: dict[str, Any]) -> dict[str, Any]:
@@ -152,3 +189,128 @@ class Tables:
             ConsistentRead=True,
         )
         return [Lease.from_item(item) for page in pages for item in page.get("Items", [])]
+
+
+# --- writes --------------------------------------------------------------------------------
+# Every attribute of both tables, by the placeholder update expressions use for it.
+PLACEHOLDERS: Final = {
+    "#owner": C.ATTR_LEASE_OWNER,
+    "#counter": C.ATTR_LEASE_COUNTER,
+    "#expires": C.ATTR_LEASE_EXPIRES_AT,
+    "#switches": C.ATTR_OWNER_SWITCHES,
+    "#cp": C.ATTR_CHECKPOINT,
+    "#sub": C.ATTR_CHECKPOINT_SUBSEQ,
+    "#pending": C.ATTR_PENDING_CHECKPOINT,
+    "#group": C.ATTR_CONSUMER_GROUP,
+    "#next": C.ATTR_NEXT_SEQUENCE_NUMBER,
+    "#state": C.ATTR_STATE,
+    "#parents": C.ATTR_PARENT_PARTITION_IDS,
+    "#hstart": C.ATTR_STARTING_HASH_KEY,
+    "#hend": C.ATTR_ENDING_HASH_KEY,
+    "#kstart": C.ATTR_STARTING_KINESIS_SEQ,
+    "#kend": C.ATTR_ENDING_KINESIS_SEQ,
+    "#committedAt": C.ATTR_LAST_COMMITTED_AT,
+    "#segs": C.ATTR_SEGMENT_COUNT,
+    "#bytes": C.ATTR_COMMITTED_BYTES,
+}
+_PLACEHOLDER = re.compile(r"[#:][A-Za-z]+")
+_HELD = "#owner = :me AND #counter = :held"
+
+
+@dataclass(frozen=True)
+class Update:
+    """One conditional UpdateItem, from readable parts.
+
+    ``sets`` and ``removes`` are clauses over the placeholders of PLACEHOLDERS and the
+    ``values`` given; ``request()`` keeps only the names and values the expressions use.
+    """
+
+    table: str
+    key: Mapping[str, Any]
+    sets: tuple[str, ...] = ()
+    removes: tuple[str, ...] = ()
+    condition: str | None = None
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def and_condition(self, condition: str) -> Update:
+        combined = condition if self.condition is None else f"({self.condition}) AND {condition}"
+        return Update(self.table, self.key, self.sets, self.removes, combined, self.values)
+
+    def fenced(self, lease: Lease) -> Update:
+        """Only the holder of ``lease`` may make this write; it increments the fencing counter."""
+        update = self.and_condition(_HELD)
+        return Update(
+            update.table,
+            update.key,
+            (*update.sets, "#counter = #counter + :one"),
+            update.removes,
+            update.condition,
+            {**update.values, ":me": s(lease.owner or ""), ":held": n(lease.counter), ":one": n(1)},
+        )
+
+    def counter_fenced(self, counter: int | None) -> Update:
+        """Only a writer that saw the item at ``counter`` (None: no item yet) may make this
+        write; it increments the counter (the owner-less fence of the compaction watermark)."""
+        if counter is None:
+            update = self.and_condition("attribute_not_exists(#counter)")
+            values = dict(update.values)
+        else:
+            update = self.and_condition("#counter = :seen")
+            values = {**update.values, ":seen": n(counter)}
+        return Update(
+            update.table,
+            update.key,
+            (*update.sets, "#counter = if_not_exists(#counter, :zero) + :one"),
+            update.removes,
+            update.condition,
+            {**values, ":zero": n(0), ":one": n(1)},
+        )
+
+    def request(self) -> dict[str, Any]:
+        """The UpdateItem parameters (also the ``Update`` of a TransactWriteItems item)."""
+        expression = "SET " + ", ".join(self.sets) if self.sets else ""
+        if self.removes:
+            expression += " REMOVE " + ", ".join(self.removes)
+        text = f"{expression} {self.condition or ''}"
+        used = set(_PLACEHOLDER.findall(text))
+        missing = {p for p in used if p.startswith(":")} - set(self.values)
+        if missing:
+            raise ValueError(f"update of {self.table} has no value for {sorted(missing)}")
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": dict(self.key),
+            "UpdateExpression": expression.strip(),
+            "ExpressionAttributeNames": {k: v for k, v in PLACEHOLDERS.items() if k in used},
+        }
+        values = {k: v for k, v in self.values.items() if k in used}
+        if values:
+            request["ExpressionAttributeValues"] = values
+        if self.condition is not None:
+            request["ConditionExpression"] = self.condition
+        return request
+
+
+@dataclass(frozen=True)
+class UpdateOutcome:
+    """``written``: the condition held. ``item``: the item after the write, or (when
+    asked for) the item that failed the condition; None when there was none."""
+
+    written: bool
+    item: dict[str, Any] | None
+
+
+def update_item(
+    clients: Clients, update: Update, *, item_on_failure: bool = False
+) -> UpdateOutcome:
+    """Send a conditional update. A refused condition is an outcome, not an exception;
+    every other error raises."""
+    extra: dict[str, Any] = {"ReturnValues": "ALL_NEW"}
+    if item_on_failure:
+        extra["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    try:
+        response = clients.dynamodb.update_item(**update.request(), **extra)
+    except ClientError as exc:
+        if not is_conditional_failure(exc):
+            raise
+        return UpdateOutcome(False, exc.response.get("Item"))
+    return UpdateOutcome(True, response.get("Attributes"))

@@ -4,33 +4,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from shardlog.exceptions import ShardlogError
+from shardlog.partitions import lineage_order
 from shardlog.reader import LogReader
 from shardlog.tables import PartitionInfo
-
-
-def lineage_order(partitions: Iterable[PartitionInfo]) -> list[PartitionInfo]:
-    """Partitions with every parent before its children (stable by id otherwise)."""
-    by_id = {p.partition_id: p for p in partitions}
-    ordered: list[PartitionInfo] = []
-    placed: set[str] = set()
-    pending = sorted(by_id)
-    while pending:
-        ready = [
-            pid
-            for pid in pending
-            if all(parent in placed or parent not in by_id for parent in by_id[pid].parents)
-        ]
-        if not ready:
-            raise ShardlogError(f"lineage has a cycle among {pending}")
-        for pid in ready:
-            ordered.append(by_id[pid])
-            placed.add(pid)
-        pending = [pid for pid in pending if pid not in placed]
-    return ordered
 
 
 @dataclass

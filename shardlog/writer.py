@@ -1,10 +1,18 @@
 """The write path: append a Kinesis batch of one shard to its S3 log, exactly once.
 
-1. acquire the ingest lease (one conditional UpdateItem; it returns the checkpoint);
-2. read the partition head (one consistent GetItem) and drop redelivered records;
+1. acquire the ingest lease (one conditional UpdateItem);
+2. read the partition head and the ingest checkpoint as one consistent state (one
+   TransactGetItems of the partition item and the lease item), check the lease is still
+   the one acquired, and drop redelivered records (at or below the checkpoint);
 3. create segment objects with If-None-Match: *, adopting a crashed writer's leftover;
 4. commit head and checkpoint in one TransactWriteItems, fenced on the lease;
 5. only then return. Budget: 4 requests per batch, plus 1 per extra segment.
+
+Why step 2 reads both at once: head and checkpoint only ever change together (step 4),
+and a segment is adoptable only if it was cut from a (head, checkpoint) pair that existed.
+A writer that paired the checkpoint its acquire returned with a head read later could,
+after a stall in between during which its lease expired and a successor committed,
+write already-committed records at the new head: a leftover no later writer could adopt.
 """
 
 from __future__ import annotations
@@ -20,22 +28,22 @@ from botocore.exceptions import ClientError
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
-from shardlog.exceptions import (
-    CommitConflictError,
-    CorruptLogError,
-    LeaseLostError,
-    ShardlogError,
-    aws_error_code,
-)
+from shardlog.exceptions import CommitConflictError, CorruptLogError, LeaseLostError, ShardlogError
 from shardlog.format import IncomingRecord, Segment, encode_segment, plan_segments
 from shardlog.lease import LeaseManager
+from shardlog.partitions import reaches_end, state_on_commit
 from shardlog.segments import SegmentStore, segment_key
 from shardlog.tables import (
+    TRANSACTION_CANCELED,
     Lease,
     PartitionInfo,
     TableNames,
     Tables,
+    Update,
+    cancelled_items,
+    consumer_key,
     kinesis_seq_int,
+    n,
     partition_key,
 )
 
@@ -121,8 +129,10 @@ class LogWriter:
     ) -> PreparedBatch:
         """Steps 1-3: lease, head, segments in S3. Nothing is committed yet."""
         _check_ordered(partition_id, records)
-        lease = self.leases.acquire(C.INGEST_GROUP, partition_id, owner or f"writer-{uuid.uuid4()}")
-        partition = self.tables.get_partition(partition_id) or PartitionInfo(partition_id, -1)
+        acquired = self.leases.acquire(
+            C.INGEST_GROUP, partition_id, owner or f"writer-{uuid.uuid4()}"
+        )
+        partition, lease = self._read_state(acquired)
         head = max(partition.next_seq, 0)
         checkpoint = lease.checkpoint
         pending = _after(records, checkpoint)
@@ -147,6 +157,42 @@ class LogWriter:
             planned = deque(self._plan(_after(ahead, batch.checkpoint)))
         return batch
 
+    def _read_state(self, acquired: Lease) -> tuple[PartitionInfo, Lease]:
+        """Step 2: the partition item and the lease item, as of one instant.
+
+        Raises LeaseLostError when the lease is no longer the one acquired (a successor
+        took it while this writer stalled): then nothing has been written.
+        """
+        partition_id = acquired.partition_id
+        response = self.clients.dynamodb.transact_get_items(
+            TransactItems=[
+                {
+                    "Get": {
+                        "TableName": self.settings.tables.partitions,
+                        "Key": partition_key(partition_id),
+                    }
+                },
+                {
+                    "Get": {
+                        "TableName": self.settings.tables.consumers,
+                        "Key": consumer_key(C.INGEST_GROUP, partition_id),
+                    }
+                },
+            ]
+        )
+        partition_item, lease_item = (r.get("Item") for r in response["Responses"])
+        lease = Lease.from_item(lease_item) if lease_item else None
+        if lease is None or (lease.owner, lease.counter) != (acquired.owner, acquired.counter):
+            raise LeaseLostError(
+                C.INGEST_GROUP, partition_id, "taken over between the acquire and the head read"
+            )
+        partition = (
+            PartitionInfo.from_item(partition_item)
+            if partition_item
+            else PartitionInfo(partition_id, -1)  # shard sync has not seen this shard yet
+        )
+        return partition, lease
+
     def _plan(self, records: Sequence[IncomingRecord]) -> list[Sequence[IncomingRecord]]:
         if not records:
             return []
@@ -161,14 +207,8 @@ class LogWriter:
         if batch.new_head == batch.head:
             self.leases.release(batch.lease)
         else:
-            assert batch.checkpoint is not None
-            ended = (
-                partition.state == C.STATE_CLOSED
-                and partition.ending_kinesis_seq is not None
-                and kinesis_seq_int(batch.checkpoint)
-                >= kinesis_seq_int(partition.ending_kinesis_seq)
-            )
-            self._commit(batch, ended)
+            ended = reaches_end(partition, batch.checkpoint)
+            self._commit(batch)
         return AppendResult(
             partition.partition_id,
             batch.head,
@@ -194,77 +234,64 @@ class LogWriter:
                 )
         return leftover
 
-    def _commit(self, batch: PreparedBatch, ended: bool) -> None:
-        partition, head, lease, checkpoint = (
-            batch.partition,
-            batch.head,
-            batch.lease,
-            batch.checkpoint,
-        )
+    def _commit(self, batch: PreparedBatch) -> None:
+        """Step 4: the new head (conditional on the head read) and the checkpoint (fenced on
+        the lease, which it also releases) in one transaction."""
+        partition, checkpoint = batch.partition, batch.checkpoint
         assert checkpoint is not None
-        new_head, segments, added_bytes = (
-            batch.new_head,
-            batch.written + batch.adopted,
-            batch.added_bytes,
-        )
-        values: dict[str, Any] = {
-            ":new": {"N": str(new_head)},
-            ":now": {"N": str(self.clock.now_ms())},
-            ":segs": {"N": str(segments)},
-            ":bytes": {"N": str(added_bytes)},
-            ":zero": {"N": "0"},
-        }
         sets = [
             "#next = :new",
             "#committedAt = :now",
             "#segs = if_not_exists(#segs, :zero) + :segs",
             "#bytes = if_not_exists(#bytes, :zero) + :bytes",
         ]
+        values: dict[str, Any] = {
+            ":new": n(batch.new_head),
+            ":now": n(self.clock.now_ms()),
+            ":segs": n(batch.written + batch.adopted),
+            ":bytes": n(batch.added_bytes),
+            ":zero": n(0),
+        }
         if partition.next_seq < 0:  # no item yet: shard sync has not seen this shard
             condition = "attribute_not_exists(#next)"
-            sets.append("#state = if_not_exists(#state, :open)")
-            values[":open"] = {"S": C.STATE_OPEN}
         else:
             condition = "#next = :old"
-            values[":old"] = {"N": str(head)}
-        if ended:
-            sets.append("#state = :ended")
-            values[":ended"] = {"S": C.STATE_ENDED}
-        head_update = {
-            "TableName": self.settings.tables.partitions,
-            "Key": partition_key(partition.partition_id),
-            "UpdateExpression": "SET " + ", ".join(sets),
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": {
-                "#next": C.ATTR_NEXT_SEQUENCE_NUMBER,
-                "#committedAt": C.ATTR_LAST_COMMITTED_AT,
-                "#segs": C.ATTR_SEGMENT_COUNT,
-                "#bytes": C.ATTR_COMMITTED_BYTES,
-                **({"#state": C.ATTR_STATE} if "#state" in " ".join(sets) else {}),
-            },
-            "ExpressionAttributeValues": values,
-        }
-        checkpoint_update = self.leases.checkpoint_update(lease, checkpoint, release=True)
+            values[":old"] = n(batch.head)
+        state_sets, state_values = state_on_commit(partition, checkpoint)
+        sets += state_sets
+        values.update(state_values)
+        head_update = Update(
+            self.settings.tables.partitions,
+            partition_key(partition.partition_id),
+            tuple(sets),
+            condition=condition,
+            values=values,
+        )
+        checkpoint_update = self.leases.checkpoint_update(batch.lease, checkpoint, release=True)
         try:
             self.clients.dynamodb.transact_write_items(
-                TransactItems=[{"Update": head_update}, {"Update": checkpoint_update}]
+                TransactItems=[
+                    {"Update": head_update.request()},
+                    {"Update": checkpoint_update.request()},
+                ]
             )
         except ClientError as exc:
-            if aws_error_code(exc) != "TransactionCanceledException":
+            failed = cancelled_items(exc)
+            if failed is None:
                 raise
-            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
-            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+            if failed[1:2] == [True]:
                 raise LeaseLostError(
                     C.INGEST_GROUP, partition.partition_id, "commit fenced by leaseCounter"
                 ) from exc
-            if reasons and reasons[0] == "ConditionalCheckFailed":
+            if failed[:1] == [True]:
                 raise CommitConflictError(
-                    f"partition {partition.partition_id} head moved from {head} under the commit",
-                    aws_error_code="TransactionCanceledException",
+                    f"partition {partition.partition_id} head moved from {batch.head} "
+                    "under the commit",
+                    aws_error_code=TRANSACTION_CANCELED,
                 ) from exc
             raise ShardlogError(
-                f"commit of {partition.partition_id} cancelled: {reasons}",
-                aws_error_code="TransactionCanceledException",
+                f"commit of {partition.partition_id} cancelled: {exc}",
+                aws_error_code=TRANSACTION_CANCELED,
             ) from exc
 
 

@@ -26,18 +26,12 @@ from shardlog.consumer.exceptions import (
     CheckpointRangeError,
     CheckpointStateError,
 )
-from shardlog.exceptions import LeaseLostError, aws_error_code
+from shardlog.exceptions import LeaseLostError, aws_error_code, is_throttling
 from shardlog.format import LogRecord
 from shardlog.lease import LeaseManager
 from shardlog.tables import Lease
 
 logger = logging.getLogger("shardlog.consumer")
-
-_THROTTLED = {
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-}
 
 
 class LeaseHolder:
@@ -204,7 +198,7 @@ class Checkpointer:
                 f"{self.partition_id}: checkpoint {value} failed: {exc}",
                 aws_error_code=aws_error_code(exc),
             )
-            if aws_error_code(exc) in _THROTTLED:
+            if is_throttling(exc):
                 error.kcl_error = "ThrottlingException"
             raise error from exc
 

@@ -26,6 +26,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shardlog import constants as C
+from shardlog.partitions import lineage_known, parents_done
 from shardlog.tables import Lease, PartitionInfo
 
 
@@ -37,33 +38,6 @@ class TakePlan:
     workers: int = 1
     eligible: int = 0
     held: int = 0
-
-
-def parents_done(
-    parents: Iterable[str],
-    partitions: Mapping[str, PartitionInfo],
-    leases: Mapping[str, Lease],
-) -> bool:
-    """Every parent is ENDED and consumed to its end by the group (checkpoint SHARD_END).
-
-    A parent the partitions table does not know (trimmed from Kinesis before shard sync
-    ever saw it) holds nothing of the log and does not block its children, the
-    way KCL treats a missing parent lease; this avoids KCL's stuck children.
-    """
-    for parent in parents:
-        info = partitions.get(parent)
-        if info is None:
-            continue
-        lease = leases.get(parent)
-        if info.state != C.STATE_ENDED or lease is None or lease.checkpoint != C.SHARD_END:
-            return False
-    return True
-
-
-def lineage_known(partition: PartitionInfo | None) -> bool:
-    """Shard sync recorded the partition's lineage. An item the ingest commit created first
-    has no parents *yet*: taking it for a root would run a child ahead of its parents."""
-    return partition is not None and partition.starting_hash_key is not None
 
 
 def eligible_leases(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardlog import constants as C
-from shardlog.consumer.coordinator import lineage_known, parents_done
+from shardlog.partitions import lineage_known, parents_done
 from shardlog.tables import Tables
 
 

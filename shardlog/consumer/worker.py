@@ -33,7 +33,7 @@ from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer.checkpointer import LeaseHolder
-from shardlog.consumer.coordinator import eligible_leases, lineage_known, plan_takes
+from shardlog.consumer.coordinator import eligible_leases, plan_takes
 from shardlog.consumer.exceptions import CheckpointLeaseLostError
 from shardlog.consumer.partition import Outcome, PartitionConsumer, State, StepResult
 from shardlog.consumer.positions import InitialPosition, resolve_start
@@ -41,9 +41,9 @@ from shardlog.consumer.processor import ProcessorFactory, processor_factory
 from shardlog.consumer.settings import ConsumerSettings, validate_group
 from shardlog.exceptions import LeaseLostError
 from shardlog.lease import LeaseManager
+from shardlog.partitions import PartitionState, lineage_known, lineage_order
 from shardlog.reader import LogReader
 from shardlog.tables import Lease, PartitionInfo, Tables
-from shardlog.verify import lineage_order
 
 logger = logging.getLogger("shardlog.consumer")
 
@@ -371,7 +371,7 @@ class Worker:
                     written.get(p) == C.SHARD_END for p in partition.parents if p in partitions
                 )
                 value = str(start)
-                if partition.state == C.STATE_ENDED and start >= partition.next_seq:
+                if partition.state == PartitionState.ENDED and start >= partition.next_seq:
                     value = C.SHARD_END if parents_ended else str(partition.next_seq)
                 if value != "0":
                     taken = self.leases.checkpoint(taken, value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardlog.exceptions import ShardlogError
+from shardlog.exceptions import CONDITIONAL_CHECK_FAILED, ShardlogError
 
 
 class WatermarkConflictError(ShardlogError):
@@ -11,7 +11,7 @@ class WatermarkConflictError(ShardlogError):
     def __init__(self, partition_id: str, detail: str) -> None:
         super().__init__(
             f"compaction watermark of {partition_id} changed under this run: {detail}",
-            aws_error_code="ConditionalCheckFailedException",
+            aws_error_code=CONDITIONAL_CHECK_FAILED,
         )
         self.partition_id = partition_id
 

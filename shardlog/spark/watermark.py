@@ -8,8 +8,9 @@ with exactly the same file names, whatever the log's head has become since.
 
 Every write is conditional on ``leaseCounter`` as it was read and increments it (the
 fencing token of docs/TABLES.md), so of two runs racing on one partition exactly one
-moves the watermark. ``_conditional_update`` is the only place that writes, and a
-``ConditionalCheckFailedException`` leaves it only as ``WatermarkConflictError``.
+moves the watermark. ``_write`` is the only place that writes (through the tables'
+``Update``, fenced by ``counter_fenced``), and a refused condition leaves it only as
+``WatermarkConflictError``.
 """
 
 from __future__ import annotations
@@ -17,19 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from shardlog import constants as C
 from shardlog.aws import Clients
-from shardlog.exceptions import aws_error_code
 from shardlog.spark.exceptions import WatermarkConflictError
-from shardlog.tables import consumer_key, from_ddb
-
-_NAMES = {
-    "#cp": C.ATTR_CHECKPOINT,
-    "#pending": C.ATTR_PENDING_CHECKPOINT,
-    "#counter": C.ATTR_LEASE_COUNTER,
-}
+from shardlog.tables import Update, consumer_key, from_ddb, n, s, update_item
 
 
 @dataclass(frozen=True)
@@ -94,8 +86,9 @@ class WatermarkStore:
             raise ValueError(f"empty batch [{mark.next_seq}, {end})")
         written = self._write(
             mark,
-            "SET #cp = :cp, #pending = :end",
-            {":cp": {"S": str(mark.next_seq)}, ":end": {"N": str(end)}},
+            ("#cp = :cp", "#pending = :end"),
+            (),
+            {":cp": s(str(mark.next_seq)), ":end": n(end)},
         )
         return replace(written, pending_end=end)
 
@@ -104,43 +97,31 @@ class WatermarkStore:
         if mark.pending_end is None:
             raise ValueError(f"{mark.partition_id}: no batch to commit")
         checkpoint = C.SHARD_END if ended else str(mark.pending_end)
-        return self._write(mark, "SET #cp = :cp REMOVE #pending", {":cp": {"S": checkpoint}})
+        return self._write(mark, ("#cp = :cp",), ("#pending",), {":cp": s(checkpoint)})
 
     def mark_ended(self, mark: Watermark) -> Watermark:
         """An ENDED partition with nothing left to compact: never look at it again."""
-        return self._write(mark, "SET #cp = :cp", {":cp": {"S": C.SHARD_END}})
+        return self._write(mark, ("#cp = :cp",), (), {":cp": s(C.SHARD_END)})
 
-    def _write(self, mark: Watermark, expression: str, values: dict[str, Any]) -> Watermark:
-        if mark.exists:
-            condition = "#counter = :seen"
-            values = {**values, ":seen": {"N": str(mark.counter)}}
-        else:
-            condition = "attribute_not_exists(#counter)"
-        set_clause, _, remove_clause = expression.partition(" REMOVE ")
-        update = f"{set_clause}, #counter = if_not_exists(#counter, :zero) + :one"
-        if remove_clause:
-            update += f" REMOVE {remove_clause}"
-        request = {
-            "TableName": self.table_name,
-            "Key": consumer_key(self.group, mark.partition_id),
-            "UpdateExpression": update,
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": {
-                k: v for k, v in _NAMES.items() if k in f"{update} {condition}"
-            },
-            "ExpressionAttributeValues": {**values, ":zero": {"N": "0"}, ":one": {"N": "1"}},
-        }
-        return _conditional_update(self.clients, request, mark)
-
-
-def _conditional_update(clients: Clients, request: dict[str, Any], mark: Watermark) -> Watermark:
-    """The one write of the watermark: conditional, fenced by the counter as it was read."""
-    try:
-        response = clients.dynamodb.update_item(**request, ReturnValues="ALL_NEW")
-    except ClientError as exc:
-        if aws_error_code(exc) != "ConditionalCheckFailedException":
-            raise
-        raise WatermarkConflictError(
-            mark.partition_id, f"expected leaseCounter {mark.counter if mark.exists else 'absent'}"
-        ) from exc
-    return Watermark.from_item(response["Attributes"])
+    def _write(
+        self,
+        mark: Watermark,
+        sets: tuple[str, ...],
+        removes: tuple[str, ...],
+        values: dict[str, Any],
+    ) -> Watermark:
+        """The one write of the watermark: conditional, fenced by the counter as it was read."""
+        update = Update(
+            self.table_name,
+            consumer_key(self.group, mark.partition_id),
+            sets,
+            removes,
+            values=values,
+        ).counter_fenced(mark.counter if mark.exists else None)
+        outcome = update_item(self.clients, update)
+        if not outcome.written or outcome.item is None:
+            raise WatermarkConflictError(
+                mark.partition_id,
+                f"expected leaseCounter {mark.counter if mark.exists else 'absent'}",
+            )
+        return Watermark.from_item(outcome.item)

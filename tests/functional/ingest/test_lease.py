@@ -263,7 +263,7 @@ def test_checkpoint_update_with_release_hands_the_lease_back(
     aws: AwsEnv, leases: LeaseManager, tables: Tables, clock: ManualClock, partition: str
 ) -> None:
     lease = leases.acquire(C.INGEST_GROUP, partition, "ingest:req-1")
-    request = leases.checkpoint_update(lease, "12345", release=True)
+    request = leases.checkpoint_update(lease, "12345", release=True).request()
 
     aws.clients.dynamodb.update_item(**request)
 
@@ -458,7 +458,7 @@ def test_tables_doc_shows_the_expressions_lease_manager_sends(
     lease = leases.renew(lease)
     lease = leases.checkpoint(lease, "1", 2)
     leases.release(lease)
-    ingest_commit = leases.checkpoint_update(lease, "1", release=True)
+    ingest_commit = leases.checkpoint_update(lease, "1", release=True).request()
 
     doc = " ".join((DOCS / "TABLES.md").read_text().split())
     conditions = {p["ConditionExpression"] for p in sent} | {ingest_commit["ConditionExpression"]}

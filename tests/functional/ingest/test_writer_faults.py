@@ -17,6 +17,7 @@ from shardlog.tables import Tables
 from shardlog.writer import LogWriter
 from tests.support.aws import AwsEnv, make_env
 from tests.support.factories import incoming_records, kinesis_seqs, writer_for
+from tests.support.faults import StallBefore
 from tests.support.readback import log_kinesis_seqs
 
 NewWriter = Callable[..., LogWriter]
@@ -268,3 +269,29 @@ def test_reader_starts_inside_a_segment(long_log: AwsEnv, partition: str, from_s
     reader = LogReader(long_log.clients, long_log.config.bucket, long_log.config.tables)
     got = [r.seq for r in reader.records(partition, from_seq, from_seq + 6)]
     assert got == list(range(from_seq, min(from_seq + 6, 3000)))
+
+
+def test_a_writer_stalled_between_its_lease_and_its_head_read_does_not_wedge_the_shard(
+    aws: AwsEnv, clock: ManualClock, new_writer: NewWriter
+) -> None:
+    """Regression: a writer that stalls after taking the lease (which returned the
+    checkpoint) and before reading the head, while its lease expires and a successor
+    commits, must not pair the old checkpoint with the new head: that wrote a segment of
+    already-committed records at the head and wedged the shard (every later writer got
+    a 412 and CorruptLogError)."""
+    batch = incoming_records(10, start=0)
+    stalled = new_writer()
+
+    def successor_commits() -> None:
+        clock.advance(LEASE_MS + 1)
+        new_writer().append(P, batch, owner="successor")
+
+    stall = StallBefore(stalled.clients, "dynamodb", 2, successor_commits)
+    with pytest.raises(LeaseLostError):
+        stalled.append(P, batch, owner="stalled")
+    assert stall.fired and stall.calls[0] == "UpdateItem"  # the stall followed the acquire
+
+    redelivered = incoming_records(15, start=0)  # Kinesis resends from the checkpoint
+    result = new_writer().append(P, redelivered, owner="next")
+    assert (result.first_seq, result.next_seq, result.redelivered) == (10, 15, 10)
+    assert log_kinesis_seqs(aws, P) == kinesis_seqs(redelivered)
