@@ -67,37 +67,32 @@ class LeaseManager:
         )
         # A takeover (the common case: every ingest invocation is a new owner) counts an
         # owner switch. Only when that fails because we already own it, renew without one.
+        key = consumer_key(group, partition_id)
         takeover = Update(
             self.table_name,
-            consumer_key(group, partition_id),
+            key,
             (*sets, "#switches = if_not_exists(#switches, :zero) + :one"),
             condition="attribute_not_exists(#owner) OR (#expires <= :now AND NOT #owner = :me)",
             values=values,
         )
-        outcome = update_item(self.clients, takeover, item_on_failure=True)
-        held = Lease.from_item(outcome.item) if outcome.item else None
-        if outcome.written:
+        written, held = self._try(takeover)
+        if not written and held is not None and held.owner == owner:
+            mine = Update(self.table_name, key, sets, condition="#owner = :me", values=values)
+            written, held = self._try(mine)
+        if written:
             assert held is not None
             return held
-        if held is not None and held.owner == owner:
-            mine = Update(
-                self.table_name,
-                consumer_key(group, partition_id),
-                sets,
-                condition="#owner = :me",
-                values=values,
-            )
-            outcome = update_item(self.clients, mine, item_on_failure=True)
-            held = Lease.from_item(outcome.item) if outcome.item else None
-            if outcome.written:
-                assert held is not None
-                return held
         raise LeaseHeldError(
             group,
             partition_id,
             (held.owner if held else None) or "?",
             held.expires_at_ms if held else 0,
         )
+
+    def _try(self, update: Update) -> tuple[bool, Lease | None]:
+        """(True, the lease written), or (False, the lease that stood in the way)."""
+        outcome = update_item(self.clients, update, item_on_failure=True)
+        return outcome.written, Lease.from_item(outcome.item) if outcome.item else None
 
     def take(self, seen: Lease, owner: str) -> Lease:
         """Take or steal a lease as it was seen: conditional on the counter seen (KCL's take).

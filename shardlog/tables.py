@@ -238,32 +238,31 @@ class Update:
 
     def fenced(self, lease: Lease) -> Update:
         """Only the holder of ``lease`` may make this write; it increments the fencing counter."""
-        update = self.and_condition(_HELD)
-        return Update(
-            update.table,
-            update.key,
-            (*update.sets, "#counter = #counter + :one"),
-            update.removes,
-            update.condition,
-            {**update.values, ":me": s(lease.owner or ""), ":held": n(lease.counter), ":one": n(1)},
+        return self.and_condition(_HELD)._plus(
+            "#counter = #counter + :one",
+            {":me": s(lease.owner or ""), ":held": n(lease.counter), ":one": n(1)},
         )
 
     def counter_fenced(self, counter: int | None) -> Update:
         """Only a writer that saw the item at ``counter`` (None: no item yet) may make this
         write; it increments the counter (the owner-less fence of the compaction watermark)."""
         if counter is None:
-            update = self.and_condition("attribute_not_exists(#counter)")
-            values = dict(update.values)
+            update, seen = self.and_condition("attribute_not_exists(#counter)"), {}
         else:
-            update = self.and_condition("#counter = :seen")
-            values = {**update.values, ":seen": n(counter)}
+            update, seen = self.and_condition("#counter = :seen"), {":seen": n(counter)}
+        return update._plus(
+            "#counter = if_not_exists(#counter, :zero) + :one",
+            {**seen, ":zero": n(0), ":one": n(1)},
+        )
+
+    def _plus(self, clause: str, values: Mapping[str, Any]) -> Update:
         return Update(
-            update.table,
-            update.key,
-            (*update.sets, "#counter = if_not_exists(#counter, :zero) + :one"),
-            update.removes,
-            update.condition,
-            {**values, ":zero": n(0), ":one": n(1)},
+            self.table,
+            self.key,
+            (*self.sets, clause),
+            self.removes,
+            self.condition,
+            {**self.values, **values},
         )
 
     def request(self) -> dict[str, Any]:
