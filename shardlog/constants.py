@@ -80,6 +80,29 @@ COMPACTION_GROUP: Final = "$compaction"
 # The end (exclusive) of the batch a compaction run is writing; absent when none is.
 ATTR_PENDING_CHECKPOINT: Final = "pendingCheckpoint"
 
+# Consumers-table items of a group that are not partition leases have partitionIds starting
+# with this (shard ids never do): "$group" describes a Lambda consumer group.
+GROUP_ITEM_PREFIX: Final = "$"
+GROUP_ITEM_ID: Final = "$group"
+ATTR_GROUP_KIND: Final = "groupKind"  # "lambda" (see docs/CONSUMERS.md)
+ATTR_GROUP_CREATED_AT: Final = "groupCreatedAt"  # epoch ms; LATEST starts here
+ATTR_RETRY_START: Final = "retryStartSeq"  # a Lambda group's batch being retried: first seq
+ATTR_RETRY_END: Final = "retryEndSeq"  # ...its end (exclusive)
+ATTR_RETRY_SIZE: Final = "retryBatchSize"  # ...delivered in sub-batches of at most this many
+ATTR_RETRY_ATTEMPTS: Final = "retryAttempts"  # ...failed invocations of the current one
+
+# --- Lambda consumer groups (docs/CONSUMERS.md, "Lambda consumers") -------------------------
+ENV_LAMBDA_CONSUMER: Final = "SHARDLOG_LAMBDA_CONSUMER"  # the runner's group settings (JSON)
+ENV_LAMBDA_CONSUMERS: Final = "SHARDLOG_LAMBDA_CONSUMERS"  # the waker's groups -> queues (JSON)
+ENV_STREAM_ARN: Final = "SHARDLOG_STREAM_ARN"
+METRIC_CONSUMER_LAG_MS: Final = "ConsumerLagMs"
+METRIC_RECORDS_DELIVERED: Final = "RecordsDelivered"
+METRIC_BATCHES_FAILED: Final = "BatchesFailed"
+METRIC_RECORDS_TO_ON_FAILURE: Final = "RecordsSentToOnFailure"
+METRIC_WAKES_SENT: Final = "WakesSent"
+LAMBDA_CONSUMER_BATCH_SIZE: Final = 100
+LAMBDA_CONSUMER_MAX_RETRY_ATTEMPTS: Final = 3
+
 # --- Spark jobs on EMR Serverless (docs/SPARK.md) ----------------------------------
 ENV_EMR_APPLICATION_ID: Final = "SHARDLOG_EMR_APPLICATION_ID"
 ENV_EMR_EXECUTION_ROLE_ARN: Final = "SHARDLOG_EMR_EXECUTION_ROLE_ARN"

@@ -188,7 +188,14 @@ class Tables:
             ExpressionAttributeValues={":g": {"S": group}},
             ConsistentRead=True,
         )
-        return [Lease.from_item(item) for page in pages for item in page.get("Items", [])]
+        items = (item for page in pages for item in page.get("Items", []))
+        # Items whose partitionId starts with "$" describe the group itself (e.g. "$group",
+        # written by a Lambda consumer group); they are not leases on partitions.
+        return [
+            Lease.from_item(item)
+            for item in items
+            if not item[C.ATTR_PARTITION_ID]["S"].startswith(C.GROUP_ITEM_PREFIX)
+        ]
 
 
 # --- writes --------------------------------------------------------------------------------
@@ -212,6 +219,12 @@ PLACEHOLDERS: Final = {
     "#committedAt": C.ATTR_LAST_COMMITTED_AT,
     "#segs": C.ATTR_SEGMENT_COUNT,
     "#bytes": C.ATTR_COMMITTED_BYTES,
+    "#kind": C.ATTR_GROUP_KIND,
+    "#created": C.ATTR_GROUP_CREATED_AT,
+    "#rstart": C.ATTR_RETRY_START,
+    "#rend": C.ATTR_RETRY_END,
+    "#rsize": C.ATTR_RETRY_SIZE,
+    "#rattempts": C.ATTR_RETRY_ATTEMPTS,
 }
 _PLACEHOLDER = re.compile(r"[#:][A-Za-z]+")
 _HELD = "#owner = :me AND #counter = :held"

@@ -1,0 +1,110 @@
+"""The event a Lambda consumer's function gets, and what its answer means.
+
+The event is Lambda's Kinesis event, record for record, with the log seq as
+``sequenceNumber``: a function written for a Kinesis event source (Powertools'
+``BatchProcessor(EventType.KinesisDataStreams)``, say) runs unchanged, and its partial
+batch response (``batchItemFailures[].itemIdentifier`` = ``sequenceNumber``) names log seqs.
+
+An answer is one of: success; a partial failure from a given record on; or a whole-batch
+failure (the function raised or timed out, its result is not JSON, or it names an
+``itemIdentifier`` that is missing or not in the batch), with a reason for the log.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardlog.format import LogRecord
+
+EVENT_SOURCE = "aws:kinesis"
+EVENT_NAME = "aws:kinesis:record"
+SCHEMA_VERSION = "1.0"
+
+
+def kinesis_event(
+    records: Sequence[LogRecord], *, event_source_arn: str, region: str, invoke_identity_arn: str
+) -> dict[str, Any]:
+    """Lambda's Kinesis event for these records of one partition (in log order)."""
+    return {
+        "Records": [
+            {
+                "kinesis": {
+                    "kinesisSchemaVersion": SCHEMA_VERSION,
+                    "partitionKey": r.partition_key,
+                    "sequenceNumber": str(r.seq),
+                    "data": base64.b64encode(r.data).decode("ascii"),
+                    "approximateArrivalTimestamp": r.arrival_ms / 1000,
+                },
+                "eventSource": EVENT_SOURCE,
+                "eventVersion": "1.0",
+                "eventID": f"{r.partition_id}:{r.seq}",
+                "eventName": EVENT_NAME,
+                "invokeIdentityArn": invoke_identity_arn,
+                "awsRegion": region,
+                "eventSourceARN": event_source_arn,
+            }
+            for r in records
+        ]
+    }
+
+
+@dataclass(frozen=True)
+class InvokeResult:
+    """What an invocation returned: Lambda's FunctionError (None when the function
+    returned normally) and the response payload's bytes."""
+
+    function_error: str | None
+    payload: bytes
+    status_code: int = 200
+
+
+@dataclass(frozen=True)
+class Answer:
+    """``failed_from``: the index of the first record to retry (None: all succeeded;
+    0: the whole batch failed). ``reason``: why, for the log line."""
+
+    failed_from: int | None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.failed_from is None
+
+
+def interpret(
+    result: InvokeResult, records: Sequence[LogRecord], *, partial_responses: bool
+) -> Answer:
+    """What an invocation's result means for the batch ``records``."""
+    if result.function_error is not None:
+        return Answer(0, f"the function failed ({result.function_error}): {_excerpt(result)}")
+    try:
+        body = json.loads(result.payload) if result.payload.strip() else None
+    except (ValueError, UnicodeDecodeError):
+        return Answer(0, f"the function's result is not JSON: {_excerpt(result)}")
+    if not partial_responses:
+        return Answer(None)
+    failures = body.get("batchItemFailures") if isinstance(body, dict) else None
+    if not failures:  # None, [] or absent: Lambda treats all of them as success
+        return Answer(None)
+    if not isinstance(failures, list):
+        return Answer(0, f"batchItemFailures is not a list: {_excerpt(result)}")
+    positions = {str(r.seq): i for i, r in enumerate(records)}
+    first: int | None = None
+    for failure in failures:
+        identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
+        if not isinstance(identifier, str) or not identifier:
+            return Answer(0, f"a batchItemFailures entry has no itemIdentifier: {failure!r}")
+        if identifier not in positions:
+            return Answer(0, f"batchItemFailures names {identifier!r}, not a record of the batch")
+        index = positions[identifier]
+        first = index if first is None else min(first, index)
+    assert first is not None
+    return Answer(first, f"the function reported records from seq {records[first].seq} failed")
+
+
+def _excerpt(result: InvokeResult) -> str:
+    return result.payload[:300].decode("utf-8", "replace")

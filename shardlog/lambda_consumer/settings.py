@@ -1,0 +1,140 @@
+"""A Lambda consumer group's settings: what Lambda's Kinesis event source mapping offers,
+validated once (at synth, at the runner's cold start, at `shardlog local up`)."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shardlog import constants as C
+from shardlog.consumer.positions import StartPosition
+from shardlog.consumer.settings import validate_group
+from shardlog.exceptions import ValidationError
+
+# An on-failure destination: an SQS queue, an SNS topic or an S3 bucket (Lambda's three).
+DESTINATION_ARN = re.compile(
+    r"^arn:aws[a-z-]*:(sqs|sns|s3):[a-z0-9-]*:\d{0,12}:?[A-Za-z0-9_./:-]+$"
+)
+# The runner invokes synchronously and checkpoints after each invocation: its lease must
+# outlast the longest invocation by this much.
+LEASE_MARGIN_MS = 30_000
+
+
+class StartingPosition(StrEnum):
+    TRIM_HORIZON = "TRIM_HORIZON"
+    LATEST = "LATEST"
+    AT_TIMESTAMP = "AT_TIMESTAMP"
+
+
+class LambdaConsumerSettings(BaseModel):
+    """One group. Durations carry their unit in their name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    group: str
+    # The function to invoke: a name, a name:alias or an ARN (another account's too).
+    function_name: str = Field(min_length=1, max_length=170)
+    batch_size: int = Field(default=C.LAMBDA_CONSUMER_BATCH_SIZE, ge=1, le=10_000)
+    batching_window_ms: int = Field(default=0, ge=0, le=300_000)
+    starting_position: StartingPosition = StartingPosition.TRIM_HORIZON
+    starting_position_timestamp_ms: int | None = Field(default=None, ge=0)
+    # -1: retry forever (the partition waits); shardlog's default is finite, since the log
+    # keeps the data and an exhausted batch can be replayed.
+    maximum_retry_attempts: int = Field(
+        default=C.LAMBDA_CONSUMER_MAX_RETRY_ATTEMPTS, ge=-1, le=10_000
+    )
+    bisect_batch_on_function_error: bool = True
+    # -1: no limit; else records older than this (by Kinesis arrival) are not invoked but
+    # sent to the on-failure destination (Lambda's MaximumRecordAgeInSeconds: 60 to 604,800).
+    maximum_record_age_s: int = Field(default=-1, ge=-1, le=604_800)
+    on_failure_destination: str | None = None
+    report_batch_item_failures: bool = True
+    function_timeout_ms: int = Field(default=60_000, ge=1_000, le=900_000)
+    # Waits between retries of a failed batch: doubling from the base, capped.
+    retry_base_delay_ms: int = Field(default=1_000, ge=0, le=60_000)
+    retry_max_delay_ms: int = Field(default=30_000, ge=0, le=300_000)
+    lease_duration_ms: int | None = Field(default=None, ge=10_000, le=3_600_000)
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, value: str) -> str:
+        try:
+            return validate_group(value)
+        except ValidationError as exc:
+            raise ValueError(exc.reason) from None
+
+    @field_validator("maximum_record_age_s")
+    @classmethod
+    def _age(cls, value: int) -> int:
+        if value != -1 and value < 60:
+            raise ValueError("must be -1 (no limit) or 60 to 604800 seconds (Lambda's range)")
+        return value
+
+    @field_validator("on_failure_destination")
+    @classmethod
+    def _destination(cls, value: str | None) -> str | None:
+        if value is not None and not DESTINATION_ARN.match(value):
+            raise ValueError("must be the ARN of an SQS queue, an SNS topic or an S3 bucket")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (self.starting_position is StartingPosition.AT_TIMESTAMP) != (
+            self.starting_position_timestamp_ms is not None
+        ):
+            raise ValueError(
+                "starting_position_timestamp_ms is required with AT_TIMESTAMP and only then"
+            )
+        if self.retry_max_delay_ms < self.retry_base_delay_ms:
+            raise ValueError("retry_max_delay_ms must be >= retry_base_delay_ms")
+        if self.lease_duration_ms is not None and self.lease_duration_ms < self.min_lease_ms:
+            raise ValueError(
+                f"lease_duration_ms must be >= function_timeout_ms + {LEASE_MARGIN_MS} "
+                f"({self.min_lease_ms})"
+            )
+        return self
+
+    @property
+    def min_lease_ms(self) -> int:
+        return self.function_timeout_ms + LEASE_MARGIN_MS
+
+    @property
+    def lease_ms(self) -> int:
+        """The lease the runner takes: long enough for one invocation plus a checkpoint."""
+        return self.lease_duration_ms or self.min_lease_ms
+
+    @property
+    def destination_kind(self) -> str | None:
+        """ "sqs", "sns" or "s3" (None: no destination)."""
+        if self.on_failure_destination is None:
+            return None
+        return self.on_failure_destination.split(":")[2]
+
+    def start_position(self, group_created_at_ms: int) -> StartPosition:
+        """Where a partition with no checkpoint starts. LATEST means the records that
+        arrived after the group was created (its ``$group`` item), so every partition of a
+        group starts at the same instant, whenever its runner first wakes."""
+        if self.starting_position is StartingPosition.TRIM_HORIZON:
+            return StartPosition.trim_horizon()
+        if self.starting_position is StartingPosition.LATEST:
+            return StartPosition.at_timestamp(group_created_at_ms)
+        assert self.starting_position_timestamp_ms is not None
+        return StartPosition.at_timestamp(self.starting_position_timestamp_ms)
+
+
+class RunnerSettings(BaseModel):
+    """What the runner Lambda needs beside its group: where the log and its queues are."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    consumer: LambdaConsumerSettings
+    bucket: str = Field(min_length=3, max_length=63)
+    partitions_table: str = Field(min_length=3, max_length=255)
+    consumers_table: str = Field(min_length=3, max_length=255)
+    wake_queue_url: str = Field(min_length=1)
+    # The event's eventSourceARN: the log's Kinesis stream (records carry log seqs).
+    event_source_arn: str = Field(min_length=1)
+    region: str = C.DEFAULT_REGION

@@ -1,0 +1,157 @@
+"""Waking a Lambda consumer group's runner for a partition, without ever losing a wake-up.
+
+Mechanism (docs/CONSUMERS.md explains the choice):
+
+- each group has an SQS FIFO **wake queue**; a wake is a message whose MessageGroupId is
+  the partition id, so at most one runner per (group, partition) is in flight at any
+  time (FIFO delivers a message group's next message only after the previous one was
+  deleted), and whose MessageDeduplicationId names what woke it, so one commit wakes a
+  partition once however often the wake is sent;
+- **commits** wake: the partitions table's stream (DynamoDB Streams, new and old images)
+  feeds ``wakes_from_changes``: every head that moved, and every partition that became
+  ENDED, wakes each group (deduplicated by partition and head);
+- the **runner** wakes: after releasing its lease it re-reads the head and wakes itself
+  if the group is behind (it stopped before its timeout, or a commit raced the release),
+  and it wakes a finished partition's children;
+- a **sweep** (scheduled) wakes every (group, partition) that has lag and no live lease,
+  deduplicated per sweep, so a wake lost anywhere is found within one sweep interval.
+
+A wake is only a hint: the runner reads the head, the lease and the checkpoint itself, so
+a duplicate, late or spurious wake is harmless.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardlog import constants as C
+from shardlog.aws import Clients
+from shardlog.partitions import PartitionState, lineage_known, parents_done
+from shardlog.tables import Tables
+
+SEND_BATCH = 10  # SendMessageBatch's limit
+COMMIT, SWEEP, REWAKE, PARENT_ENDED = "commit", "sweep", "rewake", "parent-ended"
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Wake ``group``'s runner for ``partition_id``; ``dedup`` names the cause."""
+
+    group: str
+    partition_id: str
+    reason: str
+    dedup: str
+
+    def body(self) -> str:
+        return json.dumps(
+            {"group": self.group, "partitionId": self.partition_id, "reason": self.reason},
+            sort_keys=True,
+        )
+
+    @classmethod
+    def parse(cls, body: str) -> Wake:
+        data = json.loads(body)
+        return cls(str(data["group"]), str(data["partitionId"]), str(data.get("reason", "")), "")
+
+
+def commit_wake(group: str, partition_id: str, head: int, state: str) -> Wake:
+    return Wake(group, partition_id, COMMIT, f"{partition_id}:{head}:{state}")
+
+
+def wake_queue_name(group: str) -> str:
+    """The FIFO queue of a group (80 characters at most, [A-Za-z0-9_-] and .fifo)."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in group)[:60]
+    return f"shardlog-wake-{safe}.fifo"
+
+
+class WakeSender:
+    """Sends wakes to the groups' FIFO queues (``queues``: group -> queue URL)."""
+
+    def __init__(self, clients: Clients, queues: Mapping[str, str]) -> None:
+        self.clients = clients
+        self.queues = dict(queues)
+
+    def send(self, wakes: Iterable[Wake]) -> int:
+        by_group: dict[str, list[Wake]] = {}
+        for wake in wakes:
+            by_group.setdefault(wake.group, []).append(wake)
+        sent = 0
+        sqs = self.clients.client("sqs")
+        for group, group_wakes in by_group.items():
+            url = self.queues.get(group)
+            if url is None:
+                raise KeyError(f"no wake queue for Lambda consumer group {group!r}")
+            for start in range(0, len(group_wakes), SEND_BATCH):
+                chunk = group_wakes[start : start + SEND_BATCH]
+                response = sqs.send_message_batch(
+                    QueueUrl=url,
+                    Entries=[
+                        {
+                            "Id": str(i),
+                            "MessageBody": w.body(),
+                            "MessageGroupId": w.partition_id,
+                            "MessageDeduplicationId": w.dedup[:128],
+                        }
+                        for i, w in enumerate(chunk)
+                    ],
+                )
+                if response.get("Failed"):
+                    raise RuntimeError(f"wakes not sent to {group!r}: {response['Failed']}")
+                sent += len(chunk)
+        return sent
+
+
+def _head_and_state(image: Mapping[str, Any] | None) -> tuple[int, str] | None:
+    if not image:
+        return None
+    head = image.get(C.ATTR_NEXT_SEQUENCE_NUMBER)
+    state = image.get(C.ATTR_STATE, PartitionState.OPEN)
+    return (int(head) if head is not None else 0), str(state)
+
+
+def wakes_from_changes(
+    changes: Iterable[tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]],
+    groups: Sequence[str],
+) -> list[Wake]:
+    """Wakes for the partitions-table changes (old image, new image, deserialised): a head
+    that moved forward, or a state that became ENDED, wakes every group."""
+    wakes: list[Wake] = []
+    for old_image, new_image in changes:
+        new = _head_and_state(new_image)
+        if new is None or new_image is None:
+            continue
+        old = _head_and_state(old_image) or (0, PartitionState.OPEN)
+        moved = new[0] > old[0]
+        ended = new[1] == PartitionState.ENDED and old[1] != PartitionState.ENDED
+        if not (moved or ended):  # a no-op update, lineage, a CLOSED mark: nothing to read
+            continue
+        partition_id = str(new_image[C.ATTR_PARTITION_ID])
+        wakes += [commit_wake(g, partition_id, new[0], new[1]) for g in groups]
+    return wakes
+
+
+def sweep(tables: Tables, groups: Sequence[str], now_ms: int, sweep_id: str) -> list[Wake]:
+    """Wakes for every (group, partition) that has something to do and no live lease."""
+    partitions = {p.partition_id: p for p in tables.list_partitions()}
+    wakes: list[Wake] = []
+    for group in groups:
+        leases = {lease.partition_id: lease for lease in tables.list_leases(group)}
+        for partition_id, partition in partitions.items():
+            lease = leases.get(partition_id)
+            if lease is not None and lease.is_live(now_ms):
+                continue  # its runner is at work (or a zombie whose lease will expire)
+            if not lineage_known(partition) or not parents_done(
+                partition.parents, partitions, leases
+            ):
+                continue
+            checkpoint = lease.checkpoint if lease else None
+            if checkpoint == C.SHARD_END:
+                continue
+            done = int(checkpoint) if checkpoint and checkpoint.isdigit() else 0
+            behind = partition.next_seq > done or (checkpoint is None and partition.next_seq > 0)
+            if behind or partition.state == PartitionState.ENDED:
+                wakes.append(Wake(group, partition_id, SWEEP, f"{partition_id}:sweep:{sweep_id}"))
+    return wakes

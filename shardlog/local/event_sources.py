@@ -1,0 +1,203 @@
+"""Lambda event sources the embedded AWS cannot run (moto has no Lambda without Docker):
+an SQS queue and a DynamoDB stream, each calling a handler in-process with Lambda's event
+shape and the semantics shardlog relies on.
+
+- ``SqsEventSource``: receive up to ``batch_size`` messages, invoke, delete what
+  succeeded (honouring ``batchItemFailures`` by messageId); a failure leaves its message
+  to reappear after the visibility timeout, as Lambda does. On a FIFO queue, SQS itself
+  keeps one message group in flight at a time.
+- ``DynamoDbStreamSource``: read every shard of a table's stream from LATEST (as a new
+  event source mapping does) and invoke with the records, in order; a failed batch is
+  retried until it succeeds (Lambda's default for streams).
+
+``poll_once`` does one step, so tests drive them deterministically; ``run`` loops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from shardlog.aws import Clients
+from shardlog.clock import Clock, SystemClock
+from shardlog.local.poller import LambdaContext
+
+logger = logging.getLogger("shardlog.local")
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+class SqsEventSource:
+    def __init__(
+        self,
+        clients: Clients,
+        queue_url: str,
+        handler: Handler,
+        *,
+        function_name: str,
+        batch_size: int = 1,
+        visibility_timeout_s: int = 60,
+        timeout_ms: int = 900_000,
+        clock: Clock | None = None,
+    ) -> None:
+        self.sqs = clients.client("sqs")
+        self.queue_url = queue_url
+        self.queue_arn = self.sqs.get_queue_attributes(
+            QueueUrl=queue_url, AttributeNames=["QueueArn"]
+        )["Attributes"]["QueueArn"]
+        self.handler = handler
+        self.function_name = function_name
+        self.batch_size = batch_size
+        self.visibility_timeout_s = visibility_timeout_s
+        self.timeout_ms = timeout_ms
+        self.region = clients.region
+        self.clock = clock or SystemClock()
+        self.invocations = 0
+        self.failures = 0
+
+    def poll_once(self) -> int:
+        """One receive and one invocation. Returns the messages it got."""
+        response = self.sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=self.batch_size,
+            VisibilityTimeout=self.visibility_timeout_s,
+            AttributeNames=["All"],
+            WaitTimeSeconds=0,
+        )
+        messages = response.get("Messages", [])
+        if not messages:
+            return 0
+        event = {"Records": [self._record(m) for m in messages]}
+        context = LambdaContext(
+            self.function_name, region=self.region, timeout_ms=self.timeout_ms, clock=self.clock
+        )
+        self.invocations += 1
+        try:
+            answer = self.handler(event, context) or {}
+            failed = {f.get("itemIdentifier") for f in answer.get("batchItemFailures") or []}
+        except Exception:
+            logger.exception("%s failed; its messages will be received again", self.function_name)
+            failed = {m["MessageId"] for m in messages}
+        if failed:
+            self.failures += 1
+        done = [m for m in messages if m["MessageId"] not in failed]
+        if done:
+            self.sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)
+                ],
+            )
+        return len(messages)
+
+    def _record(self, message: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message["Body"],
+            "attributes": message.get("Attributes", {}),
+            "messageAttributes": {},
+            "md5OfBody": message.get("MD5OfBody", ""),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self.queue_arn,
+            "awsRegion": self.region,
+        }
+
+    def drain(self, max_polls: int = 1_000) -> int:
+        """Poll until a receive comes back empty (bounded); the messages handled."""
+        total = 0
+        for _ in range(max_polls):
+            got = self.poll_once()
+            if not got:
+                return total
+            total += got
+        return total
+
+    def run(self, stop: threading.Event, idle_sleep_s: float = 0.05) -> None:
+        while not stop.is_set():
+            if self.poll_once() == 0:
+                stop.wait(idle_sleep_s)
+
+
+class DynamoDbStreamSource:
+    def __init__(
+        self,
+        clients: Clients,
+        table_name: str,
+        handler: Handler,
+        *,
+        function_name: str,
+        batch_size: int = 100,
+        clock: Clock | None = None,
+    ) -> None:
+        self.streams = clients.client("dynamodbstreams")
+        self.stream_arn = clients.dynamodb.describe_table(TableName=table_name)["Table"][
+            "LatestStreamArn"
+        ]
+        self.handler = handler
+        self.function_name = function_name
+        self.batch_size = batch_size
+        self.region = clients.region
+        self.clock = clock or SystemClock()
+        self._iterators: dict[str, str | None] = {}
+        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self.invocations = 0
+        self.failures = 0
+
+    def start(self) -> DynamoDbStreamSource:
+        """Open iterators at LATEST: only changes from now on are delivered."""
+        self._discover()
+        return self
+
+    def _discover(self) -> None:
+        description = self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
+        for shard in description["Shards"]:
+            if shard["ShardId"] not in self._iterators:
+                self._iterators[shard["ShardId"]] = self.streams.get_shard_iterator(
+                    StreamArn=self.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="LATEST"
+                )["ShardIterator"]
+
+    def poll_once(self) -> int:
+        """Read each shard once and invoke with what arrived. Returns records delivered."""
+        delivered = 0
+        for shard_id, iterator in list(self._iterators.items()):
+            pending = self._pending.setdefault(shard_id, [])
+            if iterator is not None and len(pending) < self.batch_size:
+                response = self.streams.get_records(ShardIterator=iterator, Limit=self.batch_size)
+                pending += [self._record(r) for r in response.get("Records", [])]
+                self._iterators[shard_id] = response.get("NextShardIterator")
+            if not pending:
+                continue
+            batch = pending[: self.batch_size]
+            context = LambdaContext(self.function_name, region=self.region, clock=self.clock)
+            self.invocations += 1
+            try:
+                self.handler({"Records": batch}, context)
+            except Exception:
+                self.failures += 1
+                logger.exception("%s failed; the batch will be retried", self.function_name)
+                continue
+            del pending[: len(batch)]
+            delivered += len(batch)
+        return delivered
+
+    def _record(self, record: dict[str, Any]) -> dict[str, Any]:
+        dynamodb = dict(record["dynamodb"])
+        created = dynamodb.get("ApproximateCreationDateTime")
+        if created is not None and not isinstance(created, int | float):
+            dynamodb["ApproximateCreationDateTime"] = created.timestamp()
+        return {
+            "eventID": record["eventID"],
+            "eventName": record["eventName"],
+            "eventVersion": record.get("eventVersion", "1.1"),
+            "eventSource": "aws:dynamodb",
+            "awsRegion": self.region,
+            "dynamodb": dynamodb,
+            "eventSourceARN": self.stream_arn,
+        }
+
+    def run(self, stop: threading.Event, idle_sleep_s: float = 0.05) -> None:
+        while not stop.is_set():
+            if self.poll_once() == 0:
+                stop.wait(idle_sleep_s)

@@ -1,0 +1,251 @@
+"""Lambda consumer groups on the embedded AWS, with no Docker: the same waker and runner
+handlers as on AWS, their event sources emulated in-process, and the group's function
+called in-process (``LocalInvoker``).
+
+Per group: an SQS FIFO wake queue (with a dead-letter queue), an SQS on-failure queue,
+the runner handler behind a local SQS event source. Shared: the partitions table's
+DynamoDB stream behind a local stream event source calling the waker, and the sweep.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardlog.aws import Clients
+from shardlog.clock import Clock, SystemClock
+from shardlog.config import ShardlogConfig
+from shardlog.consumer.settings import validate_group
+from shardlog.exceptions import ConfigurationError, ValidationError
+from shardlog.lambda_consumer.invoke import LocalInvoker
+from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
+from shardlog.lambda_consumer.wake import wake_queue_name
+from shardlog.local.event_sources import DynamoDbStreamSource, SqsEventSource
+
+Function = Callable[[dict[str, Any], Any], Any]
+RUNNER_TIMEOUT_MS = 900_000  # as the runner Lambda's own timeout on AWS
+WAKE_MAX_RECEIVES = 5  # then the wake goes to the wake queue's dead-letter queue
+DEFAULT_SWEEP_INTERVAL_MS = 60_000
+
+
+@dataclass(frozen=True)
+class LocalGroup:
+    """``GROUP=MODULE:FUNCTION`` from the command line, resolved to the function."""
+
+    settings: LambdaConsumerSettings
+    function: Function
+    target: str
+
+
+def parse_group(spec: str, **settings: Any) -> LocalGroup:
+    """``GROUP=MODULE:FUNCTION`` (MODULE importable from the current directory). Errors
+    name what is wrong, at start, not at the first record."""
+    group, sep, target = spec.partition("=")
+    if not sep or not group or not target:
+        raise ValidationError("lambda-consumer", f"expected GROUP=MODULE:FUNCTION, got {spec!r}")
+    validate_group(group)
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValidationError(
+            "lambda-consumer", f"{group}: expected MODULE:FUNCTION, got {target!r}"
+        )
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"{group}: cannot import {module_name!r}: {exc}") from exc
+    function = getattr(module, attribute, None)
+    if not callable(function):
+        raise ConfigurationError(f"{group}: {module_name} has no function {attribute!r}")
+    try:
+        validated = LambdaConsumerSettings(group=group, function_name=target, **settings)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise ConfigurationError(f"{group}: invalid settings: {exc}") from exc
+    return LocalGroup(validated, function, target)
+
+
+class LocalLambdaConsumers:
+    def __init__(
+        self,
+        clients: Clients,
+        config: ShardlogConfig,
+        groups: Sequence[LocalGroup],
+        *,
+        clock: Clock | None = None,
+        sweep_interval_ms: int = DEFAULT_SWEEP_INTERVAL_MS,
+    ) -> None:
+        names = [g.settings.group for g in groups]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"a Lambda consumer group is named twice: {names}")
+        self.clients = clients
+        self.config = config
+        self.groups = list(groups)
+        self.clock = clock or SystemClock()
+        self.sweep_interval_ms = sweep_interval_ms
+        self.wake_queues: dict[str, str] = {}
+        self.wake_dlqs: dict[str, str] = {}
+        self.failure_queues: dict[str, str] = {}
+        self.sources: dict[str, SqsEventSource] = {}
+        self.stream: DynamoDbStreamSource | None = None
+        self.waker: Callable[[dict[str, Any], Any], Any] | None = None
+        self._last_sweep_ms: int | None = None
+        self._threads: list[threading.Thread] = []
+
+    # --- set-up --------------------------------------------------------------------------
+    def start(self) -> LocalLambdaConsumers:
+        from lambdas.consumer_waker.handler import create_handler as create_waker
+        from lambdas.consumer_waker.settings import WakerSettings
+        from lambdas.lambda_consumer.handler import create_handler as create_runner
+
+        sqs = self.clients.client("sqs")
+        stream_arn = self.clients.kinesis.describe_stream_summary(
+            StreamName=self.config.stream_name
+        )["StreamDescriptionSummary"]["StreamARN"]
+        for group in self.groups:
+            name = group.settings.group
+            self._create_queues(sqs, name)
+            settings = RunnerSettings(
+                consumer=group.settings.model_copy(
+                    update={
+                        "on_failure_destination": group.settings.on_failure_destination
+                        or self._queue_arn(self.failure_queues[name])
+                    }
+                ),
+                bucket=self.config.bucket,
+                partitions_table=self.config.partitions_table,
+                consumers_table=self.config.consumers_table,
+                wake_queue_url=self.wake_queues[name],
+                event_source_arn=stream_arn,
+                region=self.clients.region,
+            )
+            invoker = LocalInvoker(group.function, group.target, self.clients.region)
+            handler = create_runner(settings, self.config.clients(), self.clock, invoker=invoker)
+            self.sources[name] = SqsEventSource(
+                self.clients,
+                self.wake_queues[name],
+                handler,
+                function_name=f"shardlog-consumer-{_safe(name)}",
+                batch_size=1,
+                visibility_timeout_s=RUNNER_TIMEOUT_MS // 1000 + 30,
+                timeout_ms=RUNNER_TIMEOUT_MS,
+                clock=self.clock,
+            )
+        waker_settings = WakerSettings(
+            queues=self.wake_queues,
+            partitions_table=self.config.partitions_table,
+            consumers_table=self.config.consumers_table,
+        )
+        self.waker = create_waker(waker_settings, self.config.clients(), self.clock)
+        self._enable_stream()
+        self.stream = DynamoDbStreamSource(
+            self.clients, self.config.partitions_table, self.waker, function_name="shardlog-waker"
+        ).start()
+        return self
+
+    def _create_queues(self, sqs: Any, group: str) -> None:
+        safe = _safe(group)
+        dlq = sqs.create_queue(
+            QueueName=f"shardlog-wake-dlq-{safe}.fifo", Attributes={"FifoQueue": "true"}
+        )["QueueUrl"]
+        self.wake_dlqs[group] = dlq
+        self.wake_queues[group] = sqs.create_queue(
+            QueueName=wake_queue_name(group),
+            Attributes={
+                "FifoQueue": "true",
+                "RedrivePolicy": json.dumps(
+                    {
+                        "deadLetterTargetArn": self._queue_arn(dlq),
+                        "maxReceiveCount": str(WAKE_MAX_RECEIVES),
+                    }
+                ),
+            },
+        )["QueueUrl"]
+        self.failure_queues[group] = sqs.create_queue(QueueName=f"shardlog-on-failure-{safe}")[
+            "QueueUrl"
+        ]
+
+    def _queue_arn(self, url: str) -> str:
+        attributes = self.clients.client("sqs").get_queue_attributes(
+            QueueUrl=url, AttributeNames=["QueueArn"]
+        )
+        return str(attributes["Attributes"]["QueueArn"])
+
+    def _enable_stream(self) -> None:
+        ddb = self.clients.dynamodb
+        table = ddb.describe_table(TableName=self.config.partitions_table)["Table"]
+        if not table.get("StreamSpecification", {}).get("StreamEnabled"):
+            ddb.update_table(
+                TableName=self.config.partitions_table,
+                StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+            )
+
+    # --- driving -------------------------------------------------------------------------
+    def sweep(self) -> Any:
+        assert self.waker is not None
+        self._last_sweep_ms = self.clock.now_ms()
+        return self.waker({"source": "shardlog.sweep"}, _context("shardlog-waker", self.clients))
+
+    def poll_once(self) -> int:
+        """One step of every source (and the sweep when due). Returns the work done."""
+        assert self.stream is not None
+        work = self.stream.poll_once()
+        for source in self.sources.values():
+            work += source.poll_once()
+        now = self.clock.now_ms()
+        if self._last_sweep_ms is None or now - self._last_sweep_ms >= self.sweep_interval_ms:
+            self.sweep()
+        return work
+
+    def run_in_background(self, stop: threading.Event) -> None:
+        assert self.stream is not None
+        runners = [(f"shardlog-runner-{g}", s.run) for g, s in self.sources.items()]
+        for name, target in [
+            ("shardlog-waker-stream", self.stream.run),
+            *runners,
+            ("shardlog-sweep", self._sweep_loop),
+        ]:
+            thread = threading.Thread(target=target, args=(stop,), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _sweep_loop(self, stop: threading.Event) -> None:
+        while not stop.wait(self.sweep_interval_ms / 1000):
+            try:
+                self.sweep()
+            except Exception:  # a failed sweep is retried at the next interval
+                import logging
+
+                logging.getLogger("shardlog.local").exception("sweep failed")
+
+    def join(self, timeout_s: float = 30) -> None:
+        for thread in self._threads:
+            thread.join(timeout_s)
+        self._threads.clear()
+
+    def state(self) -> dict[str, Any]:
+        """What `.shardlog/local.json` records of the groups."""
+        return {
+            group.settings.group: {
+                "function": group.target,
+                "onFailureQueueUrl": self.failure_queues[group.settings.group],
+                "wakeQueueUrl": self.wake_queues[group.settings.group],
+            }
+            for group in self.groups
+        }
+
+
+def _safe(group: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in group)[:50]
+
+
+def _context(function_name: str, clients: Clients) -> Any:
+    from shardlog.local.poller import LambdaContext
+
+    return LambdaContext(function_name, region=clients.region)
