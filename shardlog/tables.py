@@ -226,7 +226,7 @@ PLACEHOLDERS: Final = {
     "#rsize": C.ATTR_RETRY_SIZE,
     "#rattempts": C.ATTR_RETRY_ATTEMPTS,
 }
-_PLACEHOLDER = re.compile(r"[#:][A-Za-z]+")
+_PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
 _HELD = "#owner = :me AND #counter = :held"
 
 

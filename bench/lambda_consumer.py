@@ -1,0 +1,292 @@
+"""Lambda consumer benchmark: the runner beside a `shardlog consume` worker, same log, same run.
+
+On the embedded AWS (moto over HTTP, in this process):
+
+- throughput: one partition's log read to its head by the Lambda consumer runner (the
+  function called in-process) and by a consumer group worker, both in batches of
+  ``--batch-size``: records/s, AWS requests per 1,000 records and per batch (besides
+  the invoke, which on AWS is one Lambda Invoke per batch);
+- latency: records committed at a steady rate while the local Lambda consumer group runs
+  (the partitions stream, the waker, the SQS FIFO wake queue, the runner, all real
+  threads on the real clock): commit-to-invoke p50/p95/p99/max, beside a worker's
+  commit-to-delivery.
+
+Exits non-zero unless every record was delivered exactly once, in order.
+Usage: python bench/lambda_consumer.py [--records N] [--batch-size N] [--commits N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import threading
+import time
+from typing import Any
+
+from shardlog.aws import RequestCounter
+from shardlog.clock import SystemClock
+from shardlog.config import ShardlogConfig
+from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
+from shardlog.format import IncomingRecord, LogRecord
+from shardlog.lambda_consumer.invoke import LocalInvoker
+from shardlog.lambda_consumer.runner import Runner
+from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
+from shardlog.lambda_consumer.wake import WakeSender, wake_queue_name
+from shardlog.local.embedded import EmbeddedAWS, provision
+from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
+from shardlog.partitions import PartitionState
+from shardlog.tables import Update, n, partition_key, s, update_item
+from shardlog.writer import LogWriter, WriterSettings
+
+PARTITION = "shardId-000000000000"
+_seq = iter(range(10**12))
+
+
+def records(count: int) -> list[IncomingRecord]:
+    now = SystemClock().now_ms()
+    return [
+        IncomingRecord(f"key-{i % 100}", b"x" * 100, str(SEQUENCE_BASE + 7 * next(_seq)), now)
+        for i in range(count)
+    ]
+
+
+def register_root(config: ShardlogConfig, partition_id: str) -> None:
+    """What shard sync records for a root shard: consumers wait for known lineage."""
+    update = Update(
+        config.partitions_table,
+        partition_key(partition_id),
+        (
+            "#parents = :none",
+            "#hstart = :zero",
+            "#hend = :zero",
+            "#next = if_not_exists(#next, :n0)",
+            "#state = if_not_exists(#state, :open)",
+        ),
+        values={":none": {"L": []}, ":zero": s("0"), ":n0": n(0), ":open": s(PartitionState.OPEN)},
+    )
+    update_item(config.clients(), update)
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seqs: list[int] = []
+        self.invoked_at: dict[int, float] = {}
+
+    def note(self, seqs: list[int]) -> None:
+        now = time.monotonic()
+        with self.lock:
+            self.seqs += seqs
+            for seq in seqs:
+                self.invoked_at.setdefault(seq, now)
+
+    def function(self, event: dict[str, Any], _context: Any) -> Any:
+        self.note([int(r["kinesis"]["sequenceNumber"]) for r in event["Records"]])
+        return {"batchItemFailures": []}
+
+    def processor(self, batch: list[LogRecord], checkpointer: Checkpointer) -> None:
+        self.note([r.seq for r in batch])
+        checkpointer.checkpoint()
+
+    def exactly_once_in_order(self, total: int) -> bool:
+        return self.seqs == list(range(total))
+
+
+def runner_for(
+    config: ShardlogConfig, counter: Counter, batch_size: int
+) -> tuple[Runner, RequestCounter]:
+    clients = config.clients()
+    sqs = clients.client("sqs")
+    url = sqs.create_queue(QueueName=wake_queue_name("bench"), Attributes={"FifoQueue": "true"})[
+        "QueueUrl"
+    ]
+    settings = RunnerSettings(
+        consumer=LambdaConsumerSettings(
+            group="bench", function_name="count", batch_size=batch_size
+        ),
+        bucket=config.bucket,
+        partitions_table=config.partitions_table,
+        consumers_table=config.consumers_table,
+        wake_queue_url=url,
+        event_source_arn="arn:aws:kinesis:us-east-1:123456789012:stream/bench",
+    )
+    requests = RequestCounter().attach(clients)
+    invoker = LocalInvoker(counter.function, "count", clients.region)
+    return Runner(clients, settings, invoker, WakeSender(clients, {"bench": url})), requests
+
+
+def throughput(config: ShardlogConfig, total: int, batch_size: int) -> list[dict[str, Any]]:
+    writer = LogWriter(config.clients(), WriterSettings(config.bucket, config.tables))
+    register_root(config, PARTITION)
+    for start in range(0, total, 10_000):
+        writer.append(PARTITION, records(min(10_000, total - start)))
+    rows = []
+    counter = Counter()
+    runner, requests = runner_for(config, counter, batch_size)
+    started = time.perf_counter()
+    report = runner.run(PARTITION, request_id="bench", remaining_ms=lambda: 900_000)
+    elapsed = time.perf_counter() - started
+    if not counter.exactly_once_in_order(total):
+        raise SystemExit(
+            f"Lambda consumer: not every record exactly once in order ({len(counter.seqs)})"
+        )
+    rows.append(_row("Lambda consumer runner", total, elapsed, requests.total, report.invocations))
+
+    worker_counter = Counter()
+    clients = config.clients()
+    worker_requests = RequestCounter().attach(clients)
+    settings = ConsumerSettings(
+        records_per_call=batch_size, take_interval_ms=1, idle_poll_interval_ms=0
+    )
+    worker = Worker(
+        "bench-worker",
+        worker_counter.processor,
+        config,
+        clients=clients,
+        settings=settings,
+        threads=1,
+    )
+    started = time.perf_counter()
+    for _ in range(100_000):
+        worker.run_once()
+        if len(worker_counter.seqs) >= total:
+            break
+    elapsed = time.perf_counter() - started
+    worker.close()
+    if not worker_counter.exactly_once_in_order(total):
+        raise SystemExit("worker: not every record exactly once in order")
+    batches = -(-total // batch_size)
+    rows.append(_row("`shardlog consume` worker", total, elapsed, worker_requests.total, batches))
+    return rows
+
+
+def _row(name: str, total: int, seconds: float, requests: int, batches: int) -> dict[str, Any]:
+    return {
+        "path": name,
+        "records": total,
+        "recordsPerSecond": round(total / seconds, 1),
+        "requestsPer1000Records": round(1000 * requests / total, 2),
+        "requestsPerBatch": round(requests / max(batches, 1), 2),
+    }
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    q = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {"p50": q[49], "p95": q[94], "p99": q[98], "max": ordered[-1]}
+
+
+def latency(
+    config: ShardlogConfig, commits: int, per_commit: int, interval_ms: int
+) -> list[dict[str, Any]]:
+    partition = "shardId-000000000001"
+    register_root(config, partition)
+    counter = Counter()
+    group = LocalGroup(
+        LambdaConsumerSettings(group="latency", function_name="count", batch_size=100),
+        counter.function,
+        "bench:count",
+    )
+    consumers = LocalLambdaConsumers(config.clients(), config, [group]).start()
+    worker_counter = Counter()
+    worker = Worker(
+        "latency-worker",
+        worker_counter.processor,
+        config,
+        settings=ConsumerSettings(take_interval_ms=200),  # the default idle poll: 1 s
+        threads=2,
+    )
+    stop = threading.Event()
+    consumers.run_in_background(stop)
+    worker_thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    worker_thread.start()
+    writer = LogWriter(config.clients(), WriterSettings(config.bucket, config.tables))
+    committed_at: dict[int, float] = {}
+    seq = 0
+    for _ in range(commits):
+        writer.append(partition, records(per_commit))
+        now = time.monotonic()
+        for _ in range(per_commit):
+            committed_at[seq] = now
+            seq += 1
+        time.sleep(interval_ms / 1000)  # a steady commit rate (this is the load, not a wait)
+    total = seq
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        len(counter.invoked_at) < total or len(worker_counter.invoked_at) < total
+    ):
+        time.sleep(0.05)  # bounded: waiting for the last deliveries
+    stop.set()
+    worker_thread.join(30)
+    consumers.join(30)
+    rows = []
+    for name, seen in (
+        ("Lambda consumer: commit to invoke", counter),
+        ("worker: commit to delivery", worker_counter),
+    ):
+        missing = total - len({s for s in seen.seqs if s < total})
+        if missing:
+            raise SystemExit(f"{name}: {missing} records never delivered")
+        delays = [1000 * (seen.invoked_at[s] - committed_at[s]) for s in range(total)]
+        rows.append(
+            {
+                "path": name,
+                "records": total,
+                **{k: round(v, 1) for k, v in percentiles(delays).items()},
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=50_000, help="throughput: log size")
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--commits", type=int, default=200, help="latency: commits")
+    parser.add_argument("--per-commit", type=int, default=10, help="latency: records a commit")
+    parser.add_argument("--interval-ms", type=int, default=20, help="latency: between commits")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("shardlog").setLevel(logging.WARNING)  # takes and wakes log at INFO
+    with EmbeddedAWS() as aws:
+        config = ShardlogConfig(endpoint_url=aws.endpoint_url)
+        provision(config.clients(), config, shard_count=1)
+        throughput_rows = throughput(config, args.records, args.batch_size)
+        # A log of its own: the groups must not start with the throughput backlog.
+        fresh = ShardlogConfig(
+            stream_name="latency-events",
+            bucket="latency-log",
+            partitions_table="latency-partitions",
+            consumers_table="latency-consumers",
+            endpoint_url=aws.endpoint_url,
+        )
+        provision(fresh.clients(), fresh, shard_count=1)
+        latency_rows = latency(fresh, args.commits, args.per_commit, args.interval_ms)
+    if args.json:
+        print(json.dumps({"throughput": throughput_rows, "latency": latency_rows}, indent=2))
+        return 0
+    print(f"throughput: one partition, {args.records} records, batches of {args.batch_size}")
+    print(f"{'path':<30} {'records/s':>11} {'req/1k rec':>11} {'req/batch':>10}")
+    for row in throughput_rows:
+        rate, per_1k = row["recordsPerSecond"], row["requestsPer1000Records"]
+        print(f"{row['path']:<30} {rate:>11.0f} {per_1k:>11.2f} {row['requestsPerBatch']:>10.2f}")
+    ratio = throughput_rows[0]["recordsPerSecond"] / throughput_rows[1]["recordsPerSecond"]
+    print(f"runner / worker records/s: {ratio:.2f}x (the invoke is in-process here)")
+    print(
+        f"\nlatency (ms): {args.commits} commits of {args.per_commit} records, "
+        f"one every {args.interval_ms} ms"
+    )
+    print(f"{'path':<36} {'p50':>7} {'p95':>7} {'p99':>7} {'max':>7}")
+    for row in latency_rows:
+        figures = " ".join(f"{row[k]:>7.0f}" for k in ("p50", "p95", "p99", "max"))
+        print(f"{row['path']:<36} {figures}")
+    print(f"p99 commit-to-invoke (Lambda consumer): {latency_rows[0]['p99']:.0f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
