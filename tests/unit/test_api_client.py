@@ -1,16 +1,21 @@
-"""ApiClient request signing: SigV4 (service execute-api) for AWS URLs, nothing on loopback.
+"""ApiClient request signing: SigV4 (service execute-api) for AWS URLs, nothing on loopback;
+the wire form of a record; what a failed exchange says about its records.
 
 Requests are built, never sent: no network.
 """
 
 from __future__ import annotations
 
+import http.client
 import re
+import socket
+import urllib.error
 
 import boto3
 import pytest
 
-from shardlog.api_client import ApiClient, is_loopback
+from shardlog.api_client import ApiClient, is_loopback, transport_failure, wire_record
+from shardlog.producer import OUTCOME_UNKNOWN, ProducerRecord
 
 AWS_URL = "https://abc123.execute-api.eu-west-1.amazonaws.com/api"
 
@@ -91,3 +96,38 @@ def test_region_falls_back_to_the_session_for_custom_domains(
 def test_non_http_urls_are_refused(url: str) -> None:
     with pytest.raises(ValueError):
         ApiClient(url)
+
+
+# --- what a failed exchange says about the records -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (urllib.error.URLError(ConnectionRefusedError(111, "refused")), "EndpointConnectionError"),
+        (urllib.error.URLError(socket.gaierror(-2, "no such host")), "EndpointConnectionError"),
+        # Sending may have reached the API; awaiting or reading the answer certainly did.
+        (urllib.error.URLError(TimeoutError("timed out")), OUTCOME_UNKNOWN),
+        (http.client.RemoteDisconnected("closed"), OUTCOME_UNKNOWN),
+        (ConnectionResetError(104, "reset"), OUTCOME_UNKNOWN),
+        (TimeoutError("timed out"), OUTCOME_UNKNOWN),
+        (http.client.IncompleteRead(b"{"), OUTCOME_UNKNOWN),
+    ],
+)
+def test_transport_failures_are_unknown_unless_nothing_was_sent(
+    error: OSError | http.client.HTTPException, code: str
+) -> None:
+    failure = transport_failure(error)
+    assert failure.error_code == code
+    assert failure.may_be_in_the_stream is (code == OUTCOME_UNKNOWN)
+
+
+def test_records_go_on_the_wire_as_the_api_documents() -> None:
+    record = ProducerRecord("k", b"\x00\xff", "42", "id-1")
+    assert wire_record(record) == {
+        "partitionKey": "k",
+        "data": "AP8=",
+        "explicitHashKey": "42",
+        "recordId": "id-1",
+    }
+    assert wire_record(ProducerRecord("k", b"")) == {"partitionKey": "k", "data": ""}
