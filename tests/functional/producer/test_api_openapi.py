@@ -12,9 +12,13 @@ import pytest
 from lambdas.producer_api.handler import openapi_json
 from lambdas.producer_api.openapi import main as openapi_main
 from shardlog import constants as C
-from shardlog.api_client import MAX_BODY_BYTES, MAX_DATA_PER_REQUEST_BYTES
+from shardlog.api_client import (
+    LAMBDA_MAX_REQUEST_BYTES,
+    MAX_BODY_BYTES,
+    MAX_DATA_PER_REQUEST_BYTES,
+)
 from shardlog.clock import ManualClock
-from shardlog.idempotence import RECORD_ID_MAX_BYTES, RECORD_ID_PATTERN
+from shardlog.idempotence import RECORD_ID_MAX_BYTES, RECORD_ID_PATTERN, wrap
 from tests.support import DOCS
 from tests.support.api import ApiUnderTest, send, serve
 from tests.support.aws import stream_env
@@ -104,3 +108,16 @@ def test_docs_routes_exist_only_on_the_local_server(endpoint_url: str) -> None:
     for api in serve(stream_env(endpoint_url), ManualClock(), serve_docs=False):
         assert send(api.url, "GET", "/docs").status == 404
         assert send(api.url, "GET", "/openapi.json").status == 404
+
+
+def test_the_documents_state_the_body_limit_the_real_maximum_and_the_envelope() -> None:
+    api_doc = (DOCS / "API.md").read_text()
+    readme = (DOCS.parent / "README.md").read_text()
+    for text in (api_doc, readme):
+        assert f"{MAX_BODY_BYTES:,} bytes" in text
+        assert f"{MAX_DATA_PER_REQUEST_BYTES:,} bytes" in text
+    assert f"{LAMBDA_MAX_REQUEST_BYTES:,} bytes" in api_doc
+    assert f"{LAMBDA_MAX_REQUEST_BYTES - MAX_BODY_BYTES:,}" in api_doc  # the headroom
+    example = wrap("p:7", b"hello")
+    assert " ".join(f"{b:02X}" for b in example[:9]) in api_doc  # the envelope's example
+    assert "## Idempotent produce" in api_doc and "FORMAT.md" in api_doc
