@@ -154,7 +154,12 @@ def held_back(stop: PutFailure) -> PutFailure:
 
 
 def first_failure(outcomes: Iterable[Outcome]) -> PutFailure | None:
-    return next((o for o in outcomes if isinstance(o, PutFailure)), None)
+    """The failure that stopped a put: the first that is not NotSent (records held back can
+    come before it in input order), else the first; None when every record was put."""
+    failures = [o for o in outcomes if isinstance(o, PutFailure)]
+    return next((f for f in failures if f.kind is not FailureKind.NOT_SENT), None) or next(
+        iter(failures), None
+    )
 
 
 def call_failure(exc: ClientError | BotoCoreError) -> PutFailure:
@@ -412,7 +417,7 @@ class Producer:
         if stop is None:
             return [o for o in outcomes if isinstance(o, PutResult)]
         failed = sum(isinstance(o, PutFailure) for o in outcomes)
-        key = prepared[outcomes.index(stop)].partition_key
+        key = prepared[next(i for i, o in enumerate(outcomes) if o is stop)].partition_key
         raise ProducerError(
             f"{failed} of {len(prepared)} record(s) not put: key {key!r} ended with "
             f"{stop.error_code}: {stop.error_message}",

@@ -28,6 +28,7 @@ from shardlog.producer import (
     ProducerRecord,
     PutFailure,
     PutResult,
+    first_failure,
     validate_record,
 )
 
@@ -78,7 +79,7 @@ def whole_request_error(outcomes: Sequence[Outcome], retry_after_s: int) -> Http
             f"the outcome is unknown: {unknown[0].error_message}; send the records again "
             "only with recordIds (idempotent produce), else duplicates may reach the log",
         )
-    stop = next((f for f in failures if f.kind is not FailureKind.NOT_SENT), failures[0])
+    stop = first_failure(failures) or failures[0]
     code, retry_after = stop.error_code, {"Retry-After": str(retry_after_s)}
     if stop.kind is FailureKind.THROTTLED:
         return HttpError(

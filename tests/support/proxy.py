@@ -30,7 +30,9 @@ class LossyProxy:
         self._lock = threading.Lock()
         self._to_lose: int | None = 0  # None: every answer
         self._stopping = threading.Event()
+        self._refusing = threading.Event()
         self._listener: socket.socket | None = None
+        self._accepting: threading.Thread | None = None
         self._threads: list[threading.Thread] = []
         self.port = 0
         self.lost = 0  # answers lost so far
@@ -45,18 +47,22 @@ class LossyProxy:
             self._to_lose = count
 
     def refuse(self) -> None:
-        """Stop listening: from now on connecting to the proxy fails, nothing is sent."""
-        if self._listener is not None:
-            self._listener.close()
+        """Stop listening: from now on connecting to the proxy fails, nothing is sent.
+        Returns once the listening socket is closed (its accept loop closes it: a socket
+        closed under a blocked accept() would still take connections, then reset them)."""
+        self._refusing.set()
+        if self._accepting is not None:
+            self._accepting.join(timeout=10)
 
     def start(self) -> LossyProxy:
         listener = socket.create_server(("127.0.0.1", 0))
         listener.settimeout(_ACCEPT_POLL_S)
         self._listener = listener
         self.port = int(listener.getsockname()[1])
-        thread = threading.Thread(target=self._accept_loop, name="lossy-proxy", daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        self._accepting = threading.Thread(
+            target=self._accept_loop, name="lossy-proxy", daemon=True
+        )
+        self._accepting.start()
         return self
 
     def stop(self) -> None:
@@ -74,16 +80,15 @@ class LossyProxy:
     # --- internals ----------------------------------------------------------------------
     def _accept_loop(self) -> None:
         assert self._listener is not None
-        while not self._stopping.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:  # the listener was closed
-                return
-            thread = threading.Thread(target=self._serve, args=(client,), daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        with self._listener:
+            while not self._refusing.is_set():
+                try:
+                    client, _ = self._listener.accept()
+                except TimeoutError:
+                    continue
+                thread = threading.Thread(target=self._serve, args=(client,), daemon=True)
+                thread.start()
+                self._threads.append(thread)
 
     def _lose_this_answer(self) -> bool:
         with self._lock:

@@ -19,6 +19,7 @@ from shardlog import constants as C
 from shardlog.aws import Clients, RequestCounter
 from shardlog.clock import ManualClock
 from shardlog.exceptions import ProducerError, ValidationError
+from shardlog.idempotence import unwrap
 from shardlog.producer import (
     NOT_SENT,
     FailureKind,
@@ -28,7 +29,7 @@ from shardlog.producer import (
 )
 from shardlog.shardsync import list_shards
 from tests.support.aws import AwsEnv
-from tests.support.faults import THROTTLED, Entry, FaultyProducer, Picker
+from tests.support.faults import THROTTLED, Entry, FaultyProducer, Picker, entries_where
 from tests.support.readback import StreamRecord, read_stream
 
 
@@ -283,3 +284,45 @@ def test_persistent_failure_raises_with_unsent_records_in_order(
 def test_aws_fixture_request_counter_counts_requests_through_aws_clients(aws: AwsEnv) -> None:
     aws.clients.kinesis.put_record(StreamName=aws.config.stream_name, PartitionKey="k", Data=b"x")
     assert aws.requests.by_operation["kinesis.PutRecord"] == 1
+
+
+def test_the_error_names_the_record_that_stopped_the_put_not_one_held_back(
+    aws: AwsEnv, observed: Observed, clock: ManualClock
+) -> None:
+    # a1 waits for a0 (one record of a key per call); b0 is refused in the first call.
+    producer = FaultyProducer(
+        aws.config.stream_name,
+        observed.clients,
+        fail=entries_where(lambda entry: entry.partition_key == "b"),
+        code="InvalidArgumentException",
+        clock=clock,
+    )
+
+    with pytest.raises(ProducerError) as caught:
+        producer.put_records([("a", b"a0"), ("a", b"a1"), ("b", b"b0")])
+
+    error = caught.value
+    assert [getattr(o, "error_code", "put") for o in error.outcomes] == [
+        "put", NOT_SENT, "InvalidArgumentException",
+    ]  # fmt: skip
+    assert error.aws_error_code == "InvalidArgumentException"
+    assert "key 'b'" in str(error) and "2 of 3" in str(error)
+    assert clock.slept == []  # invalid: never retried
+    assert [r.data for r in read_stream(aws)] == [b"a0"]
+
+
+def test_records_with_their_own_ids_go_in_wrapped_and_come_back_whole(
+    aws: AwsEnv, observed: Observed
+) -> None:
+    producer = Producer(aws.config.stream_name, observed.clients)
+    results = producer.put_records(
+        [
+            ProducerRecord("k", b"one", record_id="id-1"),
+            ("k", b"plain"),
+            ("k", b"two", None, "id-2"),
+        ]
+    )
+    assert len(results) == 3
+    assert [unwrap(r.data) for r in read_stream(aws)] == [
+        ("id-1", b"one"), (None, b"plain"), ("id-2", b"two"),
+    ]  # fmt: skip
