@@ -24,6 +24,7 @@ from shardlog.api_client import (
     MAX_BODY_BYTES,
     MAX_DATA_PER_REQUEST_BYTES,
 )
+from shardlog.idempotence import RECORD_ID_MAX_BYTES
 from shardlog.producer import OUTCOME_UNKNOWN
 
 DOCS_PATH = "/docs"  # Swagger UI, served by the local server only
@@ -41,7 +42,8 @@ Limits:
 - `data` (base64): decoded data plus the UTF-8 partition key (plus the envelope of a \
 `recordId`) at most {C.KINESIS_MAX_RECORD_BYTES} bytes (1 MiB) per record, else 413 naming \
 `records[i].data`;
-- `recordId` (optional): 1 to 64 characters of A-Z a-z 0-9 . _ : -;
+- `recordId` (optional, idempotent produce): 1 to {RECORD_ID_MAX_BYTES} characters of \
+A-Z a-z 0-9 . _ : -;
 - the request body at most {MAX_BODY_BYTES} bytes, else 413 before parsing: below \
 Lambda's {LAMBDA_MAX_REQUEST_BYTES}-byte request cap, so a request carries at most \
 {MAX_DATA_PER_REQUEST_BYTES:,} bytes of data (base64 is 4/3 of it), less than Kinesis' \

@@ -286,3 +286,19 @@ def test_an_unknown_outcome_after_some_records_went_in_is_answered_per_record(
     codes = [e.get("errorCode", "put") for e in answer.json["records"]]
     assert codes == ["put", OUTCOME_UNKNOWN, NOT_SENT]
     assert [r.data for r in read_stream(api.aws)] == [b"a#0"]
+
+
+def test_a_failure_of_the_function_itself_is_502_outcome_unknown(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    # It may come after records went in: never "nothing was put", never a retry hint.
+    api = make_api(RaisingProducer, error=RuntimeError("a bug"), passing_calls=1)
+    answer = post_json(api.url, body_of([("a", b"a#0"), ("a", b"a#1")]))
+    assert answer.status == 502
+    assert answer.json == {
+        "error": "the function failed (RuntimeError); the outcome is unknown",
+        "field": None,
+        "limit": None,
+    }
+    assert answer.header("Retry-After") is None
+    assert [r.data for r in read_stream(api.aws)] == [b"a#0"]
