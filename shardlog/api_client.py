@@ -38,6 +38,7 @@ import urllib.request
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -77,7 +78,8 @@ MAX_BODY_BYTES: Final = 6_000_000
 # with 1-character keys in compact JSON, {"records":[{"partitionKey":"k","data":"..."},...]}:
 # the body leaves 5,999,832 characters of base64, which decode to 3/4 of that.
 MAX_DATA_PER_REQUEST_BYTES: Final = 4_499_874
-_BODY_PREFIX, _BODY_SUFFIX = b'{"records":[', b"]}"
+# A request body: {"records":[entry,entry,...]}, compact JSON, ASCII only.
+_BODY_ENVELOPE_BYTES = len('{"records":[]}')
 SIGNING_SERVICE = "execute-api"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 _REGION_IN_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com")
@@ -124,16 +126,6 @@ class _Answer:
             return None
 
 
-@dataclass(frozen=True)
-class _WireRecord:
-    record: ProducerRecord
-    json: bytes  # its entry in the request body
-
-    @property
-    def body_bytes(self) -> int:
-        return len(self.json) + 1  # and a comma
-
-
 def is_loopback(url: str) -> bool:
     return (urlsplit(url).hostname or "") in LOOPBACK_HOSTS
 
@@ -149,6 +141,23 @@ def wire_record(record: ProducerRecord) -> dict[str, Any]:
     if record.record_id is not None:
         entry["recordId"] = record.record_id
     return entry
+
+
+def wire_size(record: ProducerRecord) -> int:
+    """Bytes of ``wire_record(record)`` in a compact ASCII JSON body, without encoding it."""
+    size = len('{"partitionKey":,"data":""}') + len(encode_basestring_ascii(record.partition_key))
+    size += 4 * -(-len(record.data) // 3)  # base64
+    if record.explicit_hash_key is not None:
+        size += len(',"explicitHashKey":""') + len(record.explicit_hash_key)
+    if record.record_id is not None:
+        size += len(',"recordId":""') + len(record.record_id)
+    return size
+
+
+def encode_body(records: Iterable[ProducerRecord]) -> bytes:
+    """The request body for these records (compact JSON, ASCII only)."""
+    document = {"records": [wire_record(r) for r in records]}
+    return json.dumps(document, separators=(",", ":")).encode("ascii")
 
 
 def transport_failure(exc: OSError | http.client.HTTPException) -> PutFailure:
@@ -209,15 +218,14 @@ class ApiClient:
 
     def put_records(self, records: Iterable[RecordInput]) -> list[Outcome]:
         """One outcome per record, in order (the module doc gives batching and resends)."""
-        prepared = self.prepare_records(records)
-        queue = deque(_WireRecord(r, _compact(wire_record(r))) for r in prepared)
+        queue = deque(self.prepare_records(records))
         outcomes: list[Outcome] = []
         while queue:
-            chunk = take_batch(
+            chunk = take_batch(  # each entry takes its size and a comma, but for the last
                 queue,
                 max_records=C.KINESIS_MAX_RECORDS_PER_PUT,
-                max_bytes=MAX_BODY_BYTES - len(_BODY_PREFIX) - len(_BODY_SUFFIX) + 1,
-                size=lambda wire: wire.body_bytes,
+                max_bytes=MAX_BODY_BYTES - _BODY_ENVELOPE_BYTES + 1,
+                size=lambda record: wire_size(record) + 1,
             )
             results = self._put_request(chunk)
             outcomes += results
@@ -247,9 +255,9 @@ class ApiClient:
         return urllib.request.Request(url, data=body, headers=all_headers, method=method)
 
     # --- internals ----------------------------------------------------------------------
-    def _put_request(self, chunk: list[_WireRecord]) -> list[Outcome]:
-        body = _BODY_PREFIX + b",".join(wire.json for wire in chunk) + _BODY_SUFFIX
-        identified = all(wire.record.record_id is not None for wire in chunk)
+    def _put_request(self, chunk: list[ProducerRecord]) -> list[Outcome]:
+        body = encode_body(chunk)
+        identified = all(record.record_id is not None for record in chunk)
         for attempt in range(1, self.max_attempts + 1):
             wait_s = _WAIT_WITHOUT_RETRY_AFTER_S
             try:
@@ -304,10 +312,6 @@ class ApiClient:
             limit=body.get("limit"),
             retry_after_s=float(retry_after) if retry_after and retry_after.isdigit() else None,
         )
-
-
-def _compact(document: Any) -> bytes:
-    return json.dumps(document, separators=(",", ":")).encode("ascii")
 
 
 def _results(body: Any, expected: int) -> list[Outcome]:

@@ -7,6 +7,7 @@ Requests are built, never sent: no network.
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import socket
 import urllib.error
@@ -14,7 +15,14 @@ import urllib.error
 import boto3
 import pytest
 
-from shardlog.api_client import ApiClient, is_loopback, transport_failure, wire_record
+from shardlog.api_client import (
+    ApiClient,
+    encode_body,
+    is_loopback,
+    transport_failure,
+    wire_record,
+    wire_size,
+)
 from shardlog.producer import OUTCOME_UNKNOWN, ProducerRecord
 
 AWS_URL = "https://abc123.execute-api.eu-west-1.amazonaws.com/api"
@@ -131,3 +139,21 @@ def test_records_go_on_the_wire_as_the_api_documents() -> None:
         "recordId": "id-1",
     }
     assert wire_record(ProducerRecord("k", b"")) == {"partitionKey": "k", "data": ""}
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        ProducerRecord("k", b""),
+        ProducerRecord("k", b"a"),
+        ProducerRecord("key", b"ab", "170141183460469231731687303715884105728"),
+        ProducerRecord('quote " back \\ tab \t', b"abc", None, "p:1"),
+        ProducerRecord("\u00e9\U0001f600\u65e5", b"\x00" * 1000, "0", "r" * 64),
+    ],
+)
+def test_the_wire_size_of_a_record_is_its_size_in_the_body(record: ProducerRecord) -> None:
+    alone = encode_body([record])
+    assert wire_size(record) == len(alone) - len(b'{"records":[]}')
+    two = encode_body([record, record])
+    assert len(two) == len(b'{"records":[]}') + 2 * wire_size(record) + 1
+    assert json.loads(two) == {"records": [wire_record(record)] * 2}

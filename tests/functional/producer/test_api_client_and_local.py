@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardlog import constants as C
-from shardlog.api_client import ApiClient, ApiError
+from shardlog.api_client import MAX_DATA_PER_REQUEST_BYTES, ApiClient, ApiError
 from shardlog.cli.main import cli
 from shardlog.clock import ManualClock
 from shardlog.config import ShardlogConfig
@@ -140,6 +140,22 @@ def test_client_splits_requests_by_body_size_below_the_apis_limit(api: ApiUnderT
     assert all(isinstance(r, PutResult) for r in results)
     assert client.requests == 2  # 5 MiB of data is 6.7 MB of base64: it takes two bodies
     assert sorted(r.data for r in read_stream(api.aws)) == [data for _, data in records]
+
+
+@pytest.mark.parametrize(("extra_bytes", "requests"), [(0, 1), (1, 2)])
+def test_client_fills_a_body_up_to_the_limit_and_not_past_it(
+    api: ApiUnderTest, extra_bytes: int, requests: int
+) -> None:
+    groups = MAX_DATA_PER_REQUEST_BYTES // 3  # in whole base64 groups: no padding
+    sizes = [3 * (groups // 5 + (1 if i < groups % 5 else 0)) for i in range(5)]
+    sizes[-1] += extra_bytes
+    client = ApiClient(api.url)
+
+    results = client.put_records([(str(i), b"\x01" * size) for i, size in enumerate(sizes)])
+
+    assert all(isinstance(r, PutResult) for r in results)
+    assert client.requests == requests
+    assert sorted(len(r.data) for r in read_stream(api.aws)) == sorted(sizes)
 
 
 def test_idempotent_client_sends_each_record_with_its_own_record_id(api: ApiUnderTest) -> None:
