@@ -32,7 +32,7 @@ from shardlog.aws import Clients, RequestCounter
 from shardlog.config import ShardlogConfig
 from shardlog.local.embedded import EmbeddedAWS
 from shardlog.local.http_api import LocalApiServer
-from shardlog.producer import Producer, ProducerRecord, PutResult
+from shardlog.producer import Producer, ProducerRecord, PutFailure
 
 _streams = itertools.count()
 WARM_UP = 500  # records put before the clock starts
@@ -85,7 +85,7 @@ def bench_api(config: ShardlogConfig, records: list[ProducerRecord], shards: int
         start = time.perf_counter()
         results = client.put_records(records)
         seconds = time.perf_counter() - start
-    failed = [r for r in results if not isinstance(r, PutResult)]
+    failed = [r for r in results if isinstance(r, PutFailure)]
     assert not failed, failed[:3]
     return Row("API: HTTP -> handler -> Producer -> Kinesis", len(records), seconds,
                counter.by_operation["kinesis.PutRecords"], client.requests)  # fmt: skip

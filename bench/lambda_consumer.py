@@ -37,7 +37,7 @@ from shardlog.lambda_consumer.wake import WakeSender, wake_queue_name
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
-from shardlog.partitions import PartitionState
+from shardlog.partitions import initial_state
 from shardlog.tables import Update, n, partition_key, s, update_item
 from shardlog.writer import LogWriter, WriterSettings
 
@@ -55,6 +55,7 @@ def records(count: int) -> list[IncomingRecord]:
 
 def register_root(config: ShardlogConfig, partition_id: str) -> None:
     """What shard sync records for a root shard: consumers wait for known lineage."""
+    state_sets, state_values = initial_state()
     update = Update(
         config.partitions_table,
         partition_key(partition_id),
@@ -63,9 +64,9 @@ def register_root(config: ShardlogConfig, partition_id: str) -> None:
             "#hstart = :zero",
             "#hend = :zero",
             "#next = if_not_exists(#next, :n0)",
-            "#state = if_not_exists(#state, :open)",
+            *state_sets,
         ),
-        values={":none": {"L": []}, ":zero": s("0"), ":n0": n(0), ":open": s(PartitionState.OPEN)},
+        values={":none": {"L": []}, ":zero": s("0"), ":n0": n(0), **state_values},
     )
     update_item(config.clients(), update)
 

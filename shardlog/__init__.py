@@ -24,7 +24,9 @@ _EXPORTS = {
     "ValidationError": "shardlog.exceptions",
     "LogRecord": "shardlog.format",
     "Segment": "shardlog.format",
+    "FailureKind": "shardlog.producer",
     "Producer": "shardlog.producer",
+    "PutFailure": "shardlog.producer",
     "ProducerRecord": "shardlog.producer",
     "PutResult": "shardlog.producer",
     "LogReader": "shardlog.reader",
@@ -33,6 +35,7 @@ _EXPORTS = {
 __all__ = [
     "ApiClient",
     "CorruptLogError",
+    "FailureKind",
     "LeaseHeldError",
     "LeaseLostError",
     "LogReader",
@@ -40,6 +43,7 @@ __all__ = [
     "Producer",
     "ProducerError",
     "ProducerRecord",
+    "PutFailure",
     "PutResult",
     "Segment",
     "SegmentFormatError",
@@ -62,7 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ValidationError,
     )
     from shardlog.format import LogRecord, Segment
-    from shardlog.producer import Producer, ProducerRecord, PutResult
+    from shardlog.producer import FailureKind, Producer, ProducerRecord, PutFailure, PutResult
     from shardlog.reader import LogReader
 
 

@@ -23,6 +23,12 @@ _RETRY_CONFIG = Config(
     read_timeout=30,
     max_pool_connections=32,
 )
+# Putting records is not idempotent: botocore resending a PutRecords whose answer was lost
+# would put its records twice. The client that puts records never resends by itself; the
+# Producer decides what may be sent again (shardlog/producer.py). Other calls keep retrying.
+_NO_RESEND_CONFIG = _RETRY_CONFIG.merge(
+    Config(retries={"total_max_attempts": 1, "mode": "standard"})
+)
 
 
 @dataclass
@@ -71,19 +77,21 @@ class Clients:
     def region(self) -> str:
         return self._session.region_name or self._config.region
 
-    def client(self, service: str) -> Any:
+    def client(self, service: str, *, resend: bool = True) -> Any:
+        """The service's client; ``resend=False``: one that never sends a request twice."""
+        name = service if resend else f"{service} (no resend)"
         with self._lock:
-            if service not in self._clients:
+            if name not in self._clients:
                 client = self._session.client(
                     service,  # type: ignore[call-overload]
                     endpoint_url=self._endpoint_url,
                     region_name=self.region,
-                    config=_RETRY_CONFIG,
+                    config=_RETRY_CONFIG if resend else _NO_RESEND_CONFIG,
                 )
                 for event, hook in self._hooks:
                     client.meta.events.register(event, hook)
-                self._clients[service] = client
-            return self._clients[service]
+                self._clients[name] = client
+            return self._clients[name]
 
     def add_hook(self, event: str, hook: Any) -> None:
         """Register a botocore event hook on every client, built now or later."""
@@ -103,6 +111,11 @@ class Clients:
     @property
     def kinesis(self) -> Any:
         return self.client("kinesis")
+
+    @property
+    def kinesis_puts(self) -> Any:
+        """The Kinesis client for PutRecords and PutRecord: it never resends a request."""
+        return self.client("kinesis", resend=False)
 
 
 class RequestCounter:

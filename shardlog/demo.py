@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardlog import constants as C
-from shardlog.api_client import ApiClient, ApiRecordError
+from shardlog.api_client import ApiClient
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import Producer, ProducerRecord
+from shardlog.producer import Producer, ProducerRecord, PutFailure
 from shardlog.reader import LogReader
 from shardlog.shardsync import list_shards
 from shardlog.tables import Tables
@@ -147,7 +147,7 @@ def run_demo(
                 [r for r in part if not _via_api(r.partition_key)], on_progress=progress
             )
             results = api.put_records(via_api)
-            api_failures += [str(r) for r in results if isinstance(r, ApiRecordError)]
+            api_failures += [str(r) for r in results if isinstance(r, PutFailure)]
             if progress:
                 progress(len(via_api))
         caught_up = runtime.wait_until(lambda: runtime.committed_records() >= records, timeout_s)

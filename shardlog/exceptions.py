@@ -6,6 +6,7 @@ conditional write: it becomes one of the domain errors below.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 # DynamoDB's code for a write whose condition did not hold (shardlog.tables tests for it).
@@ -104,12 +105,34 @@ class CommitConflictError(ShardlogError):
 
 
 class ProducerError(ShardlogError):
-    """Records could not be put after every retry. ``unsent`` holds them, in order."""
+    """Not every record was put. ``outcomes`` holds one per record, in order: a PutResult,
+    or a PutFailure whose kind says whether the record may be in the stream (unknown) or
+    is provably not; ``records`` holds the records as sent (with their record ids), so
+    they can be sent again."""
 
-    def __init__(self, message: str, unsent: list[Any], *, aws_error_code: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        records: Sequence[Any],
+        outcomes: Sequence[Any],
+        *,
+        aws_error_code: str | None = None,
+    ) -> None:
         super().__init__(message, aws_error_code=aws_error_code)
-        self.unsent = unsent
-        self.results: list[Any] = []
+        self.records = list(records)
+        self.outcomes = list(outcomes)
+
+    @property
+    def results(self) -> list[Any]:
+        """The PutResult of each record, by input index; None for a record without one."""
+        from shardlog.producer import PutResult
+
+        return [o if isinstance(o, PutResult) else None for o in self.outcomes]
+
+    @property
+    def unsent(self) -> list[Any]:
+        """The records without a PutResult, in order (see ``outcomes`` for why)."""
+        return [r for r, o in zip(self.records, self.results, strict=True) if o is None]
 
 
 class ConfigurationError(ShardlogError):

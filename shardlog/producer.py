@@ -1,11 +1,32 @@
-"""The SDK producer: validated, batched PutRecords with retries that keep per-key order.
+"""The SDK producer: validated, batched PutRecords, one outcome per record in input order.
 
-Order: Kinesis keeps the order of successful records of one shard, but a
-PutRecords call can fail some entries and not others. If two records of one key
-were in the same call and the first failed, retrying it would put it after the
-second. So a call never holds two records of one key, and a key whose record is
-waiting for a retry sends nothing newer until that record is in. Each key's
-records therefore reach Kinesis in the order ``put`` was called.
+Outcomes. Every record ends as exactly one of:
+
+- ``PutResult``: in the stream, at this shard and sequence number;
+- ``PutFailure``: no sequence number; its error code's ``kind`` says what is known:
+  - ``throttled``, ``unavailable``: provably not put (Kinesis answered the entry with an
+    ErrorCode, refused the whole call, or could not be reached); sending again may work;
+  - ``invalid``: provably not put, and sending again will not help (bad arguments, no
+    such stream, no access);
+  - ``unknown`` (code ``OutcomeUnknown``): the request went out and its answer was lost
+    or was a 5xx: the record may or may not be in the stream;
+  - ``not-sent`` (code ``NotSent``): never sent, held back to keep its key's order.
+
+No blind resends. The Kinesis client for puts never resends by itself
+(``Clients.kinesis_puts``): a resend after a lost answer would put the records twice. The
+Producer alone decides what to send again, with exponential backoff and full jitter, up
+to ``max_attempts`` per record: entries Kinesis failed with an ErrorCode and calls refused
+before anything was put (provably not put); a record whose outcome is unknown only when it
+carries a record id (idempotent produce, shardlog/idempotence.py), as the same bytes with
+the same id, so ingest drops the copy. Without a record id an unknown outcome is reported,
+never retried.
+
+Order. Kinesis keeps the order of successful records of one shard, but a call can fail
+some entries and not others. So a call never holds two records of one key, and a key with
+a record awaiting a retry sends nothing newer. The first record that ends without a
+PutResult stops the put: the records not yet sent are answered ``NotSent`` (records in
+flight keep their own failure). Each key's records therefore reach Kinesis in the order
+given, and sending every record without a PutResult again, in order, keeps that order.
 """
 
 from __future__ import annotations
@@ -16,37 +37,187 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+)
 
 from shardlog import constants as C
+from shardlog import idempotence
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
-from shardlog.exceptions import ProducerError, ValidationError, aws_error_code
+from shardlog.exceptions import THROTTLING_CODES, ProducerError, ValidationError, aws_error_code
 from shardlog.hashing import parse_explicit_hash_key
+
+OUTCOME_UNKNOWN = "OutcomeUnknown"
+NOT_SENT = "NotSent"
+# "Too much, slow down" (shardlog.exceptions.THROTTLING_CODES): provably not put.
+# The service failed an entry, or could not be reached: provably not put.
+UNAVAILABLE_CODES = frozenset(
+    {
+        "InternalFailure",
+        "InternalFailureException",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+    }
+)
+# Raised before a byte of the request went out: the connection could not be made, or the
+# call could not even be built (no credentials, no region, bad parameters).
+_RAISED_BEFORE_SENDING = (
+    EndpointConnectionError,
+    ConnectTimeoutError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+)
+
+
+class FailureKind(StrEnum):
+    THROTTLED = "throttled"
+    UNAVAILABLE = "unavailable"
+    INVALID = "invalid"
+    UNKNOWN = "unknown"
+    NOT_SENT = "not-sent"
+
+
+def failure_kind(error_code: str) -> FailureKind:
+    """What an error code says about a record: the one classification, SDK and API alike."""
+    if error_code == OUTCOME_UNKNOWN:
+        return FailureKind.UNKNOWN
+    if error_code == NOT_SENT:
+        return FailureKind.NOT_SENT
+    if error_code in THROTTLING_CODES:
+        return FailureKind.THROTTLED
+    if error_code in UNAVAILABLE_CODES:
+        return FailureKind.UNAVAILABLE
+    return FailureKind.INVALID
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """The record is in the stream at this shard and sequence number."""
+
+    shard_id: str
+    sequence_number: str
+
+
+@dataclass(frozen=True)
+class PutFailure:
+    """The record has no PutResult; ``kind`` (from the code) says what is known of it."""
+
+    error_code: str
+    error_message: str
+
+    @property
+    def kind(self) -> FailureKind:
+        return failure_kind(self.error_code)
+
+    @property
+    def may_be_in_the_stream(self) -> bool:
+        return self.kind is FailureKind.UNKNOWN
+
+    @property
+    def retryable(self) -> bool:
+        """Provably not put, and sending it again may work."""
+        return self.kind in (FailureKind.THROTTLED, FailureKind.UNAVAILABLE, FailureKind.NOT_SENT)
+
+
+Outcome = PutResult | PutFailure
+
+
+def held_back(stop: PutFailure) -> PutFailure:
+    """The outcome of a record not sent because an earlier one ended with ``stop``."""
+    return PutFailure(
+        NOT_SENT,
+        f"not sent: an earlier record was not put ({stop.error_code}); send every record "
+        "without a PutResult again, in order",
+    )
+
+
+def first_failure(outcomes: Iterable[Outcome]) -> PutFailure | None:
+    """The failure that stopped a put: the first that is not NotSent (records held back can
+    come before it in input order), else the first; None when every record was put."""
+    failures = [o for o in outcomes if isinstance(o, PutFailure)]
+    return next((f for f in failures if f.kind is not FailureKind.NOT_SENT), None) or next(
+        iter(failures), None
+    )
+
+
+def call_failure(exc: ClientError | BotoCoreError) -> PutFailure:
+    """What a PutRecords call that raised says about its records.
+
+    Kinesis answered 4xx: provably not put (throttled or refused). Raised before sending
+    (no connection, no credentials): provably not put. Anything after the request went out
+    (a 5xx answer, a read timeout, the connection closed or reset while awaiting the
+    answer): unknown.
+    """
+    if isinstance(exc, ClientError):
+        code = aws_error_code(exc) or "InternalFailure"
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        if status >= 500:
+            return PutFailure(
+                OUTCOME_UNKNOWN,
+                f"Kinesis answered {status} {code} to a request that went out: the records "
+                f"may or may not be in the stream ({exc})",
+            )
+        return PutFailure(code, str(exc))
+    if isinstance(exc, _RAISED_BEFORE_SENDING):
+        return PutFailure(type(exc).__name__, str(exc))
+    return PutFailure(
+        OUTCOME_UNKNOWN,
+        f"{type(exc).__name__} after the request went out: the records may or may not be "
+        f"in the stream ({exc})",
+    )
 
 
 @dataclass(frozen=True)
 class ProducerRecord:
     partition_key: str
-    data: bytes
+    data: bytes  # the payload; with a record id it travels in an idempotence envelope
     explicit_hash_key: str | None = None
+    record_id: str | None = None
+
+    @property
+    def wire_data(self) -> bytes:
+        """The bytes Kinesis stores: the payload, in its envelope when it has a record id."""
+        if self.record_id is None:
+            return self.data
+        return idempotence.wrap(self.record_id, self.data)
 
     @property
     def size(self) -> int:
-        """Bytes Kinesis counts against its limits: data plus the UTF-8 partition key."""
-        return len(self.data) + len(self.partition_key.encode("utf-8"))
+        """Bytes Kinesis counts against its limits: the stored data plus the UTF-8 key."""
+        envelope = 0 if self.record_id is None else idempotence.overhead(self.record_id)
+        return envelope + len(self.data) + len(self.partition_key.encode("utf-8"))
+
+    def entry(self) -> dict[str, Any]:
+        """The record as a PutRecords entry."""
+        entry: dict[str, Any] = {"PartitionKey": self.partition_key, "Data": self.wire_data}
+        if self.explicit_hash_key is not None:
+            entry["ExplicitHashKey"] = self.explicit_hash_key
+        return entry
 
 
-@dataclass(frozen=True)
-class PutResult:
-    shard_id: str
-    sequence_number: str
+RecordInput = ProducerRecord | tuple[Any, ...]
 
 
 def validate_record(
-    partition_key: Any, data: Any, explicit_hash_key: Any = None, *, index: int | None = None
+    partition_key: Any,
+    data: Any,
+    explicit_hash_key: Any = None,
+    record_id: Any = None,
+    *,
+    index: int | None = None,
 ) -> ProducerRecord:
     """Check one record against Kinesis' limits; the error names the field and the limit."""
     where = f"records[{index}]." if index is not None else ""
@@ -74,15 +245,89 @@ def validate_record(
             parse_explicit_hash_key(explicit_hash_key)
         except ValidationError as exc:
             raise ValidationError(f"{where}explicitHashKey", exc.reason, limit=exc.limit) from None
-    record = ProducerRecord(partition_key, data, explicit_hash_key)
-    if record.size > C.KINESIS_MAX_RECORD_BYTES:
+    if record_id is not None:
+        problem = idempotence.record_id_problem(record_id)
+        if problem is not None:
+            reason, limit = problem
+            raise ValidationError(f"{where}recordId", reason, limit=limit)
+    elif idempotence.is_envelope(data):
         raise ValidationError(
             f"{where}data",
-            f"data plus partition key is {record.size} bytes, at most "
+            "is itself an idempotence envelope (docs/API.md): ingest would read it as one; "
+            "give the record a recordId to send it as the payload of an envelope",
+            limit="not an envelope",
+        )
+    record = ProducerRecord(partition_key, data, explicit_hash_key, record_id)
+    if record.size > C.KINESIS_MAX_RECORD_BYTES:
+        envelope = "" if record_id is None else " plus the recordId's envelope"
+        raise ValidationError(
+            f"{where}data",
+            f"data{envelope} plus partition key is {record.size} bytes, at most "
             f"{C.KINESIS_MAX_RECORD_BYTES} (1 MiB)",
             limit=C.KINESIS_MAX_RECORD_BYTES,
         )
     return record
+
+
+def prepare_records(
+    records: Iterable[RecordInput], record_ids: idempotence.RecordIds | None = None
+) -> list[ProducerRecord]:
+    """Every record validated (ValidationError on the first bad one), and with
+    ``record_ids`` each record that has no id given a new one."""
+    out = []
+    for index, record in enumerate(records):
+        if isinstance(record, ProducerRecord):
+            record = (
+                record.partition_key,
+                record.data,
+                record.explicit_hash_key,
+                record.record_id,
+            )
+        valid = validate_record(*record, index=index)
+        if record_ids is not None and valid.record_id is None:
+            key, data, hash_key = valid.partition_key, valid.data, valid.explicit_hash_key
+            valid = validate_record(key, data, hash_key, record_ids.next(), index=index)
+        out.append(valid)
+    return out
+
+
+Item = TypeVar("Item")
+
+
+def take_batch(
+    queue: deque[Item],
+    *,
+    max_records: int,
+    max_bytes: int,
+    size: Callable[[Item], int],
+    key: Callable[[Item], str] | None = None,
+) -> list[Item]:
+    """The next batch from the front of ``queue``, in order: at most ``max_records`` items
+    and ``max_bytes`` bytes (an item larger than that goes alone). With ``key``, at most
+    one item per key, and a key once skipped stays skipped, so no item overtakes an
+    earlier one of its key. The items left stay in the queue, in order."""
+    batch: list[Item] = []
+    kept: list[Item] = []
+    keys: set[str] = set()
+    blocked: set[str] = set()
+    used = 0
+    while queue and len(batch) < max_records:
+        item = queue.popleft()
+        item_key = key(item) if key is not None else None
+        if item_key is not None and (item_key in keys or item_key in blocked):
+            blocked.add(item_key)
+            kept.append(item)
+            continue
+        item_size = size(item)
+        if batch and used + item_size > max_bytes:
+            kept.append(item)
+            break
+        batch.append(item)
+        used += item_size
+        if item_key is not None:
+            keys.add(item_key)
+    queue.extendleft(reversed(kept))
+    return batch
 
 
 @dataclass
@@ -90,16 +335,21 @@ class _Pending:
     index: int
     record: ProducerRecord
     attempts: int = 0
-    error_code: str = ""
-    error_message: str = ""
+    failure: PutFailure | None = None
+    cause: BaseException | None = None  # the exception behind a whole-call failure
+
+
+def _attempts(count: int) -> str:
+    return f"{count} attempt" + ("" if count == 1 else "s")
 
 
 class Producer:
-    """Puts records into the stream. ``put_records`` returns one PutResult per record, in order.
+    """Puts records into the stream (the module doc gives the outcomes, retries and order).
 
-    Retries entries Kinesis failed (throttling, internal errors) with exponential
-    backoff and full jitter, up to ``max_attempts`` per record; then raises
-    ProducerError holding what was not put (``unsent``) and what was (``results``).
+    ``try_put_records`` answers one outcome per record and raises only for bad input;
+    ``put_records`` answers the PutResults or raises ProducerError with the outcomes.
+    ``idempotent=True`` gives every record without a record id a new one (``record_ids``),
+    so an unknown outcome is retried without duplicates in the log.
     """
 
     def __init__(
@@ -112,6 +362,7 @@ class Producer:
         max_attempts: int = 8,
         base_backoff_s: float = 0.05,
         max_backoff_s: float = 2.0,
+        idempotent: bool = False,
         clock: Clock | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -131,9 +382,10 @@ class Producer:
         self.clients = clients or Clients()
         self.max_batch_records = max_batch_records
         self.max_batch_bytes = max_batch_bytes
-        self.max_attempts = max_attempts
+        self.max_attempts = max(1, max_attempts)
         self.base_backoff_s = base_backoff_s
         self.max_backoff_s = max_backoff_s
+        self.record_ids = idempotence.RecordIds() if idempotent else None
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.calls = 0
@@ -145,116 +397,131 @@ class Producer:
 
     def put_records(
         self,
-        records: Iterable[ProducerRecord | tuple[Any, ...]],
+        records: Iterable[RecordInput],
         *,
         on_progress: Callable[[int], None] | None = None,
     ) -> list[PutResult]:
-        """Validate everything first (nothing is sent if any record is bad), then put."""
-        validated = [self._validate(r, i) for i, r in enumerate(records)]
-        results: list[PutResult | None] = [None] * len(validated)
-        queue = deque(_Pending(i, r) for i, r in enumerate(validated))
-        while queue:
-            batch = self._next_batch(queue)
-            try:
-                failed = self._send(batch, results)
-            except (ClientError, BotoCoreError) as exc:
-                if not any(results):
-                    raise  # nothing went in: the caller sees AWS's own error
-                # Some records are in Kinesis already: never let the caller think otherwise.
-                error = ProducerError(
-                    f"{len(batch) + len(queue)} record(s) not put: PutRecords failed "
-                    f"as a whole ({aws_error_code(exc) or type(exc).__name__}) after "
-                    f"{sum(r is not None for r in results)} went in",
-                    [p.record for p in sorted([*batch, *queue], key=lambda p: p.index)],
-                    aws_error_code=aws_error_code(exc) or "InternalFailure",
+        """One PutResult per record, in order; ProducerError if any record has none."""
+        prepared = self.prepare_records(records)
+        outcomes, cause = self._put(prepared, on_progress)
+        stop = first_failure(outcomes)
+        if stop is None:
+            return [o for o in outcomes if isinstance(o, PutResult)]
+        failed = sum(isinstance(o, PutFailure) for o in outcomes)
+        key = prepared[next(i for i, o in enumerate(outcomes) if o is stop)].partition_key
+        raise ProducerError(
+            f"{failed} of {len(prepared)} record(s) not put: key {key!r} ended with "
+            f"{stop.error_code}: {stop.error_message}",
+            prepared,
+            outcomes,
+            aws_error_code=stop.error_code,
+        ) from cause
+
+    def try_put_records(
+        self,
+        records: Iterable[RecordInput],
+        *,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> list[Outcome]:
+        """One outcome per record, in order; raises only ValidationError (nothing sent)."""
+        return self._put(self.prepare_records(records), on_progress)[0]
+
+    def prepare_records(self, records: Iterable[RecordInput]) -> list[ProducerRecord]:
+        """The records validated (nothing is sent if one is bad) and, when idempotent, each
+        given a record id: to retry later without duplicates, send these again."""
+        prepared = prepare_records(records, self.record_ids)
+        for index, record in enumerate(prepared):
+            if record.size > self.max_batch_bytes:
+                raise ValidationError(
+                    f"records[{index}].data",
+                    f"record is {record.size} bytes, more than this producer's "
+                    f"max_batch_bytes ({self.max_batch_bytes})",
+                    limit=self.max_batch_bytes,
                 )
-                error.results = results
-                raise error from exc
+        return prepared
+
+    # --- internals ----------------------------------------------------------------------
+    def _put(
+        self, records: list[ProducerRecord], on_progress: Callable[[int], None] | None
+    ) -> tuple[list[Outcome], BaseException | None]:
+        outcomes: list[Outcome | None] = [None] * len(records)
+        queue = deque(_Pending(i, r) for i, r in enumerate(records))
+        while queue:
+            batch = take_batch(
+                queue,
+                max_records=self.max_batch_records,
+                max_bytes=self.max_batch_bytes,
+                size=lambda p: p.record.size,
+                key=lambda p: p.record.partition_key,
+            )
+            failed = self._send(batch, outcomes)
             if on_progress:
                 on_progress(len(batch) - len(failed))
-            if failed:
-                exhausted = [p for p in failed if p.attempts >= self.max_attempts]
-                if exhausted:
-                    unsent = [p.record for p in sorted([*failed, *queue], key=lambda p: p.index)]
-                    last = exhausted[0]
-                    error = ProducerError(
-                        f"{len(unsent)} record(s) not put after {self.max_attempts} attempts: "
-                        f"key {last.record.partition_key!r} failed last with "
-                        f"{last.error_code}: {last.error_message}",
-                        unsent,
-                        aws_error_code=last.error_code,
-                    )
-                    error.results = results  # what did go in, by input index (None: unsent)
-                    raise error
-                # Failed entries go back to the front, in their original order.
-                queue.extendleft(sorted(failed, key=lambda p: p.index, reverse=True))
-                attempt = max(p.attempts for p in failed)
+            retrying = [p for p in failed if self._may_retry(p)]
+            if len(retrying) < len(failed):  # a record ended without a PutResult: stop
+                for item in failed:
+                    outcomes[item.index] = self._final(item)
+                stop = min((p for p in failed if p not in retrying), key=lambda p: p.index)
+                for item in queue:
+                    outcomes[item.index] = held_back(self._final(stop))
+                return [o for o in outcomes if o is not None], stop.cause
+            if retrying:
+                # Back to the front, in their original order.
+                queue.extendleft(sorted(retrying, key=lambda p: p.index, reverse=True))
+                attempt = max(p.attempts for p in retrying)
                 cap = min(self.max_backoff_s, self.base_backoff_s * 2 ** (attempt - 1))
                 self.clock.sleep(self.rng.uniform(0, cap))
-        return [r for r in results if r is not None]
+        return [o for o in outcomes if o is not None], None
 
-    def _validate(self, record: ProducerRecord | tuple[Any, ...], index: int) -> ProducerRecord:
-        if isinstance(record, ProducerRecord):
-            record = (record.partition_key, record.data, record.explicit_hash_key)
-        valid = validate_record(*record, index=index)
-        if valid.size > self.max_batch_bytes:
-            raise ValidationError(
-                f"records[{index}].data",
-                f"record is {valid.size} bytes, more than this producer's max_batch_bytes "
-                f"({self.max_batch_bytes})",
-                limit=self.max_batch_bytes,
-            )
-        return valid
+    def _may_retry(self, item: _Pending) -> bool:
+        assert item.failure is not None
+        if item.attempts >= self.max_attempts:
+            return False
+        if item.failure.kind is FailureKind.UNKNOWN:
+            return item.record.record_id is not None  # the same id: ingest drops a copy
+        return item.failure.retryable
 
-    def _next_batch(self, queue: deque[_Pending]) -> list[_Pending]:
-        """Take from the queue in order, at most one record per key, a key blocked once skipped."""
-        batch: list[_Pending] = []
-        keys: set[str] = set()
-        blocked: set[str] = set()
-        size = 0
-        kept: list[_Pending] = []
-        while queue and len(batch) < self.max_batch_records:
-            item = queue.popleft()
-            key = item.record.partition_key
-            fits = size + item.record.size <= self.max_batch_bytes
-            if key in keys or key in blocked or not fits:
-                blocked.add(key)
-                kept.append(item)
-                if not fits:  # validation guarantees a record fits an empty batch
-                    break
-                continue
-            batch.append(item)
-            keys.add(key)
-            size += item.record.size
-        queue.extendleft(reversed(kept))
-        return batch
+    @staticmethod
+    def _final(item: _Pending) -> PutFailure:
+        assert item.failure is not None
+        code, message, tried = item.failure.error_code, item.failure.error_message, item.attempts
+        if item.failure.may_be_in_the_stream:
+            return PutFailure(code, f"{message} (after {_attempts(tried)})")
+        return PutFailure(code, f"not put after {_attempts(tried)}: {message}")
 
-    def _send(self, batch: list[_Pending], results: list[PutResult | None]) -> list[_Pending]:
-        entries = []
+    def _send(self, batch: list[_Pending], outcomes: list[Outcome | None]) -> list[_Pending]:
+        """One PutRecords call: fills the outcomes of the records put; returns the others."""
         for item in batch:
-            entry: dict[str, Any] = {
-                "PartitionKey": item.record.partition_key,
-                "Data": item.record.data,
-            }
-            if item.record.explicit_hash_key is not None:
-                entry["ExplicitHashKey"] = item.record.explicit_hash_key
-            entries.append(entry)
             item.attempts += 1
-        self.calls += 1
-        response = self.clients.kinesis.put_records(StreamName=self.stream_name, Records=entries)
+        try:
+            answers = self._call([item.record.entry() for item in batch])
+        except (ClientError, BotoCoreError) as exc:
+            failure = call_failure(exc)
+            for item in batch:
+                item.failure, item.cause = failure, exc
+            return batch
         failed = []
-        for item, outcome in zip(batch, response["Records"], strict=True):
-            if "ErrorCode" in outcome:
-                item.error_code = outcome["ErrorCode"]
-                item.error_message = outcome.get("ErrorMessage", "")
+        for item, answer in zip(batch, answers, strict=True):
+            if "ErrorCode" in answer:
+                item.failure = PutFailure(answer["ErrorCode"], answer.get("ErrorMessage", ""))
+                item.cause = None
                 failed.append(item)
             else:
-                results[item.index] = PutResult(outcome["ShardId"], outcome["SequenceNumber"])
+                outcomes[item.index] = PutResult(answer["ShardId"], answer["SequenceNumber"])
         return failed
+
+    def _call(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """PutRecords with these entries: Kinesis' answer per entry, in order."""
+        self.calls += 1
+        response = self.clients.kinesis_puts.put_records(
+            StreamName=self.stream_name, Records=entries
+        )
+        return list(response["Records"])
 
 
 def iter_json_records(lines: Iterable[str]) -> Iterator[ProducerRecord]:
-    """Records from JSON lines with partitionKey, data (text) or dataBase64, explicitHashKey."""
+    """Records from JSON lines with partitionKey, data (text) or dataBase64, explicitHashKey,
+    recordId."""
 
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -273,7 +540,9 @@ def iter_json_records(lines: Iterable[str]) -> Iterator[ProducerRecord]:
         else:
             data = obj.get("data", "")
         try:
-            yield validate_record(obj.get("partitionKey"), data, obj.get("explicitHashKey"))
+            yield validate_record(
+                obj.get("partitionKey"), data, obj.get("explicitHashKey"), obj.get("recordId")
+            )
         except ValidationError as exc:
             raise ValidationError(
                 f"line {number}.{exc.field}", exc.reason, limit=exc.limit

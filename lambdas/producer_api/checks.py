@@ -1,8 +1,9 @@
-"""Checks before and around Powertools' parsing, and the API's one error shape.
+"""The API's one error shape (``HttpError``), and the checks before and around Powertools'
+parsing.
 
-``precheck`` refuses a wrong media type (415) or an oversized body (413) before anything
-parses the body; ``validation_error`` turns Powertools' validation errors (its default is a
-422) into this API's 400 naming the field.
+``precheck`` refuses a wrong media type (415) or a body over ``MAX_BODY_BYTES`` (413)
+before anything parses the body; ``validation_error`` turns Powertools' validation errors
+(its default is a 422) into this API's 400 naming the field.
 """
 
 from __future__ import annotations
@@ -16,12 +17,43 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
-from lambdas.producer_api.batch import ApiError
-from lambdas.producer_api.models import MAX_BODY_BYTES
-from lambdas.producer_api.spec import JSON_MEDIA_TYPE, RECORDS_PATH
+from lambdas.producer_api.spec import JSON_MEDIA_TYPE
+from shardlog.api_client import MAX_BODY_BYTES, RECORDS_PATH
 
 
-def error_response(error: ApiError) -> Response:
+class HttpError(Exception):
+    """An answer other than 200, in the API's error shape ``{"error", "field", "limit"}``."""
+
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        *,
+        field: str | None = None,
+        limit: int | str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.field = field
+        self.limit = limit
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.error, "field": self.field, "limit": json_safe_limit(self.limit)}
+
+
+def json_safe_limit(limit: Any) -> int | str | None:
+    """Limits as JSON numbers a JavaScript client reads exactly, else as strings."""
+    if limit is None or isinstance(limit, str):
+        return limit
+    if isinstance(limit, int) and not isinstance(limit, bool) and abs(limit) < 2**53:
+        return limit
+    return str(limit)
+
+
+def error_response(error: HttpError) -> Response:
     return Response(
         status_code=error.status,
         content_type=content_types.APPLICATION_JSON,
@@ -30,7 +62,7 @@ def error_response(error: ApiError) -> Response:
     )
 
 
-def precheck(event: Mapping[str, Any]) -> ApiError | None:
+def precheck(event: Mapping[str, Any]) -> HttpError | None:
     """Refuse a POST /v1/records by media type and size before anything parses the body."""
     if event.get("httpMethod") != "POST" or event.get("path") != RECORDS_PATH:
         return None
@@ -43,7 +75,7 @@ def precheck(event: Mapping[str, Any]) -> ApiError | None:
         if name.strip().lower() == "charset":
             charset = value.strip().strip('"').lower()
     if kind.strip().lower() != JSON_MEDIA_TYPE or charset not in ("", "utf-8"):
-        return ApiError(
+        return HttpError(
             415,
             f"Content-Type must be application/json, got {media_type or 'none'!r}",
             field="Content-Type",
@@ -54,13 +86,13 @@ def precheck(event: Mapping[str, Any]) -> ApiError | None:
         try:
             raw = base64.b64decode(body, validate=True)
         except (binascii.Error, ValueError):
-            return ApiError(400, "body: invalid base64 transfer encoding", field="body")
+            return HttpError(400, "body: invalid base64 transfer encoding", field="body")
     else:
         raw = body.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_BODY_BYTES:
-        return ApiError(
+        return HttpError(
             413,
-            f"body: {len(raw)} bytes, at most {MAX_BODY_BYTES}",
+            f"body: {len(raw)} bytes, at most {MAX_BODY_BYTES} (below Lambda's 6 MiB request cap)",
             field="body",
             limit=MAX_BODY_BYTES,
         )
@@ -68,7 +100,7 @@ def precheck(event: Mapping[str, Any]) -> ApiError | None:
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError:
-            return ApiError(400, "body: JSON must be UTF-8", field="body")
+            return HttpError(400, "body: JSON must be UTF-8", field="body")
     return None
 
 
@@ -91,7 +123,7 @@ def with_canonical_media_type(event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-def proxy_response(error: ApiError) -> dict[str, Any]:
+def proxy_response(error: HttpError) -> dict[str, Any]:
     """An API Gateway proxy response for an error found before the resolver ran."""
     headers = {"Content-Type": content_types.APPLICATION_JSON, **error.headers}
     return {
@@ -120,15 +152,15 @@ _VALIDATION_REASONS = {
 }
 
 
-def validation_error(exc: RequestValidationError) -> ApiError:
+def validation_error(exc: RequestValidationError) -> HttpError:
     """Powertools' validation error (its default is 422) as this API's 400."""
     errors = list(exc.errors())
     if not errors:
-        return ApiError(400, "body: invalid request", field="body")
+        return HttpError(400, "body: invalid request", field="body")
     first = errors[0]
     if first.get("type") == "json_invalid":
         detail = (first.get("ctx") or {}).get("error", "")
-        return ApiError(400, f"body: invalid JSON ({detail})".replace(" ()", ""), field="body")
+        return HttpError(400, f"body: invalid JSON ({detail})".replace(" ()", ""), field="body")
     loc = list(first.get("loc") or ())
     if loc[:1] == ["body"]:
         loc = loc[1:]
@@ -137,4 +169,4 @@ def validation_error(exc: RequestValidationError) -> ApiError:
     if field == "body" and first.get("type") == "missing":
         reason = "required (a JSON object)"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return ApiError(400, f"{field}: {reason}{more}", field=field)
+    return HttpError(400, f"{field}: {reason}{more}", field=field)

@@ -7,7 +7,9 @@ validate the body against the pydantic models (models.py), check the records aga
 Kinesis limits and put them with the SDK Producer (batch.py), and map every outcome to
 JSON. Every error has the shape ``{"error", "field", "limit"}``: 400 for bad input, 413
 for too large, 415 for a wrong media type, 404/405 for unknown routes and methods,
-429/503 with Retry-After when Kinesis throttled or failed the whole request.
+429/503 with Retry-After when provably nothing was put, 500 when the stream refused the
+records, 502 when the outcome of every record is unknown (and when the function failed:
+it may have put records first).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.entry import Handler, LazyHandler
 from lambdas.producer_api import batch, spec
-from lambdas.producer_api.batch import ApiError, RecordFailure
 from lambdas.producer_api.checks import (
+    HttpError,
     error_response,
     precheck,
     proxy_response,
@@ -37,18 +39,19 @@ from lambdas.producer_api.checks import (
 )
 from lambdas.producer_api.models import (
     Health,
+    PutFailureEntry,
     PutRecordsRequest,
     PutRecordsResponse,
-    RecordFailed,
-    RecordPut,
+    PutResultEntry,
 )
 from lambdas.producer_api.settings import ProducerApiSettings
-from lambdas.producer_api.spec import DOCS_PATH, HEALTH_PATH, OPENAPI_PATH, RECORDS_PATH
+from lambdas.producer_api.spec import DOCS_PATH, OPENAPI_PATH
 from shardlog import __version__
 from shardlog import constants as C
+from shardlog.api_client import HEALTH_PATH, RECORDS_PATH
 from shardlog.aws import Clients
 from shardlog.clock import Clock
-from shardlog.producer import Producer, PutResult
+from shardlog.producer import Outcome, Producer, PutResult
 
 logger = Logger(service=C.POWERTOOLS_SERVICE_NAME)
 metrics = Metrics(namespace=C.METRICS_NAMESPACE, service=C.POWERTOOLS_SERVICE_NAME)
@@ -60,14 +63,14 @@ METRIC_API_RECORDS_PUT = "ApiRecordsPut"
 METRIC_API_RECORDS_FAILED = "ApiRecordsFailed"
 
 
-def to_response(outcomes: list[PutResult | RecordFailure]) -> PutRecordsResponse:
-    records: list[RecordPut | RecordFailed] = [
-        RecordPut(shardId=o.shard_id, sequenceNumber=o.sequence_number)
+def to_response(outcomes: list[Outcome]) -> PutRecordsResponse:
+    records: list[PutResultEntry | PutFailureEntry] = [
+        PutResultEntry(shardId=o.shard_id, sequenceNumber=o.sequence_number)
         if isinstance(o, PutResult)
-        else RecordFailed(errorCode=o.error_code, errorMessage=o.error_message)
+        else PutFailureEntry(errorCode=o.error_code, errorMessage=o.error_message)
         for o in outcomes
     ]
-    failed = sum(isinstance(r, RecordFailed) for r in records)
+    failed = sum(isinstance(r, PutFailureEntry) for r in records)
     return PutRecordsResponse(failedRecordCount=failed, records=records)
 
 
@@ -107,12 +110,12 @@ def create_app(
     )
     def put_records(request: PutRecordsRequest) -> PutRecordsResponse:
         records = batch.to_producer_records(request)
-        outcomes = batch.put_records(producer, records)
+        outcomes = producer.try_put_records(records)
         response = to_response(outcomes)
         put = len(records) - response.failedRecordCount
         metrics.add_metric(METRIC_API_RECORDS_PUT, MetricUnit.Count, put)
         metrics.add_metric(METRIC_API_RECORDS_FAILED, MetricUnit.Count, response.failedRecordCount)
-        refusal = batch.nothing_put_error(outcomes, settings.retry_after_s)
+        refusal = batch.whole_request_error(outcomes, settings.retry_after_s)
         if refusal is not None:
             raise refusal
         if response.failedRecordCount:
@@ -139,8 +142,8 @@ def create_app(
         def openapi_document():  # type: ignore[no-untyped-def]
             return Response(200, content_types.APPLICATION_JSON, openapi_json(app))
 
-    @app.exception_handler(ApiError)
-    def on_api_error(exc: ApiError) -> Response:
+    @app.exception_handler(HttpError)
+    def on_api_error(exc: HttpError) -> Response:
         if exc.status >= 500:
             logger.error("request failed", status=exc.status, error=exc.error)
         return error_response(exc)
@@ -152,7 +155,7 @@ def create_app(
     @app.exception_handler(RequestUnsupportedContentType)
     def on_media_type(_exc: RequestUnsupportedContentType) -> Response:
         return error_response(
-            ApiError(415, "Content-Type must be application/json", field="Content-Type")
+            HttpError(415, "Content-Type must be application/json", field="Content-Type")
         )
 
     @app.not_found
@@ -161,10 +164,10 @@ def create_app(
         path = app.current_event.path
         methods = allowed.get(path)
         if methods is None:
-            return error_response(ApiError(404, f"no route {method} {path}", field="path"))
+            return error_response(HttpError(404, f"no route {method} {path}", field="path"))
         allow = ", ".join(methods)
         return error_response(
-            ApiError(
+            HttpError(
                 405,
                 f"{method} is not allowed on {path}; allowed: {allow}",
                 field="method",
@@ -174,8 +177,11 @@ def create_app(
 
     @app.exception_handler(Exception)
     def on_unexpected(exc: Exception) -> Response:
+        # It may have come after records went in: the outcome is unknown, never "nothing".
         logger.exception("unexpected error")
-        return error_response(ApiError(500, f"internal error ({type(exc).__name__})"))
+        return error_response(
+            HttpError(502, f"the function failed ({type(exc).__name__}); the outcome is unknown")
+        )
 
     return app
 

@@ -3,8 +3,10 @@
 The models check shape only: types, required and unknown fields. The limits appear in
 the schema (``json_schema_extra``) so clients and schemathesis see them, but they are
 enforced in one place, ``shardlog.producer.validate_record`` and the handler's batch
-checks, with the values of shardlog/constants.py. Field names are the JSON names
-(camelCase), the same the CDK request model uses.
+checks, with the values of shardlog/constants.py and shardlog/idempotence.py. Field names
+are the JSON names (camelCase), the same the CDK request model uses. ``PutResultEntry``
+and ``PutFailureEntry`` are the JSON form of the SDK's outcomes, ``PutResult`` and
+``PutFailure``.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from shardlog import constants as C
+from shardlog import idempotence
+from shardlog.producer import NOT_SENT, OUTCOME_UNKNOWN
 
-# A compact JSON body of any batch within Kinesis' limits fits (5 MiB of data is
-# 6.7 MiB of base64, plus keys and syntax); API Gateway's own cap is 10 MiB.
-MAX_BODY_BYTES: Final = 8 * C.MIB
 # Base64 grows data by 4/3: the longest `data` string that can decode to one record.
 MAX_DATA_BASE64_CHARS: Final = 4 * math.ceil(C.KINESIS_MAX_RECORD_BYTES / 3)
 # Standard base64 with padding, the only form accepted (as by Kinesis' own JSON API).
@@ -62,21 +63,34 @@ class RecordIn(BaseModel):
         ),
         json_schema_extra=_documented(pattern=EXPLICIT_HASH_KEY_PATTERN),
     )
+    recordId: str | None = Field(
+        default=None,
+        description=(
+            "Idempotent produce: an id unique to this record, 1 to "
+            f"{idempotence.RECORD_ID_MAX_BYTES} characters of A-Z a-z 0-9 . _ : -. The "
+            "record travels in an envelope carrying it (10 bytes plus the id, counted in "
+            "the 1 MiB), and a copy with an id already committed is dropped at ingest, so "
+            "a record whose outcome was unknown can be sent again, same id, without a "
+            "duplicate."
+        ),
+        json_schema_extra=_documented(
+            minLength=1,
+            maxLength=idempotence.RECORD_ID_MAX_BYTES,
+            pattern=idempotence.RECORD_ID_PATTERN,
+        ),
+    )
 
 
 class PutRecordsRequest(BaseModel):
     model_config = _FORBID
 
     records: list[RecordIn] = Field(
-        description=(
-            f"1 to {C.KINESIS_MAX_RECORDS_PER_PUT} records; decoded data plus UTF-8 partition "
-            f"keys at most {C.KINESIS_MAX_BYTES_PER_PUT} bytes (5 MiB) in all."
-        ),
+        description=(f"1 to {C.KINESIS_MAX_RECORDS_PER_PUT} records, within the body limit."),
         json_schema_extra=_documented(minItems=1, maxItems=C.KINESIS_MAX_RECORDS_PER_PUT),
     )
 
 
-class RecordPut(BaseModel):
+class PutResultEntry(BaseModel):
     """The record is in the stream at this shard and sequence number."""
 
     model_config = _FORBID
@@ -85,13 +99,20 @@ class RecordPut(BaseModel):
     sequenceNumber: str = Field(description="Decimal, up to 128 digits: compare as integers.")
 
 
-class RecordFailed(BaseModel):
-    """The record is not in the stream; send it again (after the ones before it of its key)."""
+class PutFailureEntry(BaseModel):
+    """The record has no sequence number; its code says whether it may be in the stream."""
 
     model_config = _FORBID
 
     errorCode: str = Field(
-        description="Kinesis' code: ProvisionedThroughputExceededException or InternalFailure."
+        description=(
+            "Kinesis' code, or shardlog's: ProvisionedThroughputExceededException and the "
+            "other throttling codes, InternalFailure (provably not put: send it again, after "
+            f"the records before it of its key); {NOT_SENT} (not sent, held back behind an "
+            f"earlier failure: send it again); {OUTCOME_UNKNOWN} (the request went out and "
+            "Kinesis' answer was lost or was a server error: the record may be in the "
+            "stream; send it again only with its recordId)."
+        )
     )
     errorMessage: str
 
@@ -102,7 +123,7 @@ class PutRecordsResponse(BaseModel):
     model_config = _FORBID
 
     failedRecordCount: int = Field(ge=0)
-    records: list[RecordPut | RecordFailed]
+    records: list[PutResultEntry | PutFailureEntry]
 
 
 class Health(BaseModel):

@@ -16,12 +16,17 @@ from aws_lambda_powertools.event_handler.openapi.models import (
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import TypeAdapter
 
-from lambdas.producer_api.models import MAX_BODY_BYTES, ErrorBody
+from lambdas.producer_api.models import ErrorBody
 from shardlog import __version__
 from shardlog import constants as C
+from shardlog.api_client import (
+    LAMBDA_MAX_REQUEST_BYTES,
+    MAX_BODY_BYTES,
+    MAX_DATA_PER_REQUEST_BYTES,
+)
+from shardlog.idempotence import RECORD_ID_MAX_BYTES
+from shardlog.producer import OUTCOME_UNKNOWN
 
-RECORDS_PATH = "/v1/records"
-HEALTH_PATH = "/v1/health"
 DOCS_PATH = "/docs"  # Swagger UI, served by the local server only
 OPENAPI_PATH = "/openapi.json"
 API_TITLE = "shardlog producer API"
@@ -31,19 +36,26 @@ API_DESCRIPTION = f"""\
 Puts records on shardlog's Kinesis stream; the ingest function appends them to the S3 log
 exactly once, in per-key order.
 
-Limits (Kinesis PutRecords' own):
+Limits:
 - 1 to {C.KINESIS_MAX_RECORDS_PER_PUT} records per request;
 - `partitionKey`: 1 to {C.PARTITION_KEY_MAX_CHARS} characters;
-- `data` (base64): decoded data plus the UTF-8 partition key at most \
-{C.KINESIS_MAX_RECORD_BYTES} bytes (1 MiB) per record, else 413 naming `records[i].data`;
-- all records: decoded data plus UTF-8 partition keys at most \
-{C.KINESIS_MAX_BYTES_PER_PUT} bytes (5 MiB), else 413 naming `records`;
-- the request body at most {MAX_BODY_BYTES} bytes, else 413 before parsing.
+- `data` (base64): decoded data plus the UTF-8 partition key (plus the envelope of a \
+`recordId`) at most {C.KINESIS_MAX_RECORD_BYTES} bytes (1 MiB) per record, else 413 naming \
+`records[i].data`;
+- `recordId` (optional, idempotent produce): 1 to {RECORD_ID_MAX_BYTES} characters of \
+A-Z a-z 0-9 . _ : -;
+- the request body at most {MAX_BODY_BYTES} bytes, else 413 before parsing: below \
+Lambda's {LAMBDA_MAX_REQUEST_BYTES}-byte request cap, so a request carries at most \
+{MAX_DATA_PER_REQUEST_BYTES:,} bytes of data (base64 is 4/3 of it), less than Kinesis' \
+5 MiB per call.
 
 Every error is `{{"error", "field", "limit"}}`. A 200 can hold failed records (like
 PutRecords: `failedRecordCount` > 0, those records carry `errorCode` and `errorMessage`):
-send them again, in order. When Kinesis throttled or failed the whole request nothing was
-put, and the answer is 429 or 503 with Retry-After.
+send them again, in order. When provably nothing was put the answer is 429 (throttled) or
+503 (unavailable) with Retry-After: send the request again. When the outcome of every
+record is unknown (Kinesis' answer was lost) the answer is 502: the records may be in
+the stream, so send them again only with `recordId`s (idempotent produce: the copies are
+dropped at ingest).
 
 On AWS every request must be signed with AWS Signature Version 4 (service
 `execute-api`); the local server (`shardlog local up`) takes unsigned requests.
@@ -94,11 +106,19 @@ RECORDS_RESPONSES: dict[int, OpenAPIResponse] = {
         "Bad input: invalid JSON, a missing, unknown or mistyped field, an empty or too long "
         "partition key, bad base64, a bad explicitHashKey, 0 or more than 500 records."
     ),
-    413: _error("The body, one record, or the batch is larger than its limit."),
+    413: _error("The body or one record is larger than its limit."),
     415: _error("Content-Type is not application/json (charset utf-8, if given)."),
     429: _error("Kinesis throttled the whole request; nothing was put.", retry_after=True),
-    500: _error("The stream is misconfigured or the function failed; nothing was put."),
-    503: _error("Kinesis failed the whole request; nothing was put.", retry_after=True),
+    500: _error("The stream refused the records (not found, no access); nothing was put."),
+    502: _error(
+        f"The outcome is unknown ({OUTCOME_UNKNOWN}): Kinesis' answer to every record was "
+        "lost or was a server error, or the function failed. The records may be in the "
+        "stream: send them again only with recordIds."
+    ),
+    503: _error(
+        "Kinesis failed every record or could not be reached; nothing was put.",
+        retry_after=True,
+    ),
 }
 HEALTH_RESPONSES: dict[int, OpenAPIResponse] = {
     200: {"description": "The function answers."},

@@ -18,7 +18,7 @@ from shardlog import constants as C
 from shardlog.cli.consume import consume, echo_group_status
 from shardlog.config import ShardlogConfig
 from shardlog.exceptions import ShardlogError, ValidationError
-from shardlog.producer import Producer, PutResult, iter_json_records, validate_record
+from shardlog.producer import Outcome, Producer, PutResult, iter_json_records, validate_record
 from shardlog.reader import LogReader
 from shardlog.shardsync import ShardSync
 from shardlog.tables import Tables
@@ -186,7 +186,8 @@ def local_up(
     "--file",
     "path",
     type=click.File("r"),
-    help='JSON lines {"partitionKey", "data" | "dataBase64", "explicitHashKey"}; - for stdin.',
+    help='JSON lines {"partitionKey", "data" | "dataBase64", "explicitHashKey", "recordId"}; '
+    "- for stdin.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON result per record.")
 @click.option(
@@ -201,6 +202,12 @@ def local_up(
     help="The producer API (--via api); default: apiUrl in the state file. "
     "Requests to a non-loopback URL are signed with SigV4 (your AWS credentials).",
 )
+@click.option(
+    "--idempotent",
+    is_flag=True,
+    help="Give each record without a recordId one, so a record whose outcome is unknown "
+    "is sent again without a duplicate in the log (docs/API.md, idempotent produce).",
+)
 @click.pass_context
 def produce(
     ctx: click.Context,
@@ -211,10 +218,12 @@ def produce(
     as_json: bool,
     via: str,
     api_url: str | None,
+    idempotent: bool,
 ) -> None:
     """Put records into the stream (validated, batched, retried, per-key order kept).
 
-    With --via api, records the API did not put are printed as failed and the exit code is 1.
+    Records not put are printed as failed with their error code (OutcomeUnknown: they may
+    be in the stream) and the exit code is 1.
     """
     config = _config(ctx)
     try:
@@ -226,13 +235,13 @@ def produce(
             raise click.UsageError("give --key and --data, or --file")
     except ValidationError as exc:
         raise click.BadParameter(str(exc)) from None
-    results: list[Any]
+    results: list[Outcome]
     if via == "api":
-        results = _produce_via_api(config, api_url, records)
+        results = _produce_via_api(config, api_url, records, idempotent)
     else:
-        producer = Producer(config.stream_name, config.clients())
+        producer = Producer(config.stream_name, config.clients(), idempotent=idempotent)
         with click.progressbar(length=len(records), label="producing", file=sys.stderr) as bar:
-            results = producer.put_records(records, on_progress=bar.update)
+            results = producer.try_put_records(records, on_progress=bar.update)
     failed = 0
     for record, result in zip(records, results, strict=True):
         if not isinstance(result, PutResult):
@@ -260,13 +269,15 @@ def produce(
         sys.exit(1)
 
 
-def _produce_via_api(config: ShardlogConfig, api_url: str | None, records: list[Any]) -> list[Any]:
+def _produce_via_api(
+    config: ShardlogConfig, api_url: str | None, records: list[Any], idempotent: bool
+) -> list[Outcome]:
     from shardlog.api_client import ApiClient
 
     url = api_url or config.extra.get("apiUrl")
     if not url:
         raise click.UsageError("--via api needs --api-url (or apiUrl in the state file)")
-    return ApiClient(url, region=config.region).put_records(records)
+    return ApiClient(url, region=config.region, idempotent=idempotent).put_records(records)
 
 
 @cli.command()

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from lambdas.producer_api.handler import create_handler
 from lambdas.producer_api.settings import ProducerApiSettings
-from shardlog.aws import RequestCounter
+from shardlog.aws import Clients, RequestCounter
 from shardlog.clock import ManualClock
 from shardlog.local.http_api import LocalApiServer
 from shardlog.producer import Producer
@@ -77,9 +77,12 @@ def serve(
     producer_class: type[Producer] | None = None,
     serve_docs: bool = False,
     settings: dict[str, Any] | None = None,
+    clients: Clients | None = None,
     **producer_kwargs: Any,
 ) -> Iterator[ApiUnderTest]:
-    clients = aws.fresh_clients()
+    """The handler on 127.0.0.1; its AWS clients are ``clients`` (e.g. through a proxy) or
+    fresh ones, and its Producer a ``producer_class`` (tests/support/faults.py) if given."""
+    clients = clients or aws.fresh_clients()
     requests = RequestCounter().attach(clients)
     api_settings = ProducerApiSettings(stream_name=aws.config.stream_name, **(settings or {}))
     producer = None

@@ -1,16 +1,29 @@
-"""ApiClient request signing: SigV4 (service execute-api) for AWS URLs, nothing on loopback.
+"""ApiClient request signing: SigV4 (service execute-api) for AWS URLs, nothing on loopback;
+the wire form of a record; what a failed exchange says about its records.
 
 Requests are built, never sent: no network.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
+import socket
+import urllib.error
 
 import boto3
 import pytest
 
-from shardlog.api_client import ApiClient, is_loopback
+from shardlog.api_client import (
+    ApiClient,
+    encode_body,
+    is_loopback,
+    transport_failure,
+    wire_record,
+    wire_size,
+)
+from shardlog.producer import OUTCOME_UNKNOWN, ProducerRecord
 
 AWS_URL = "https://abc123.execute-api.eu-west-1.amazonaws.com/api"
 
@@ -91,3 +104,56 @@ def test_region_falls_back_to_the_session_for_custom_domains(
 def test_non_http_urls_are_refused(url: str) -> None:
     with pytest.raises(ValueError):
         ApiClient(url)
+
+
+# --- what a failed exchange says about the records -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (urllib.error.URLError(ConnectionRefusedError(111, "refused")), "EndpointConnectionError"),
+        (urllib.error.URLError(socket.gaierror(-2, "no such host")), "EndpointConnectionError"),
+        # Sending may have reached the API; awaiting or reading the answer certainly did.
+        (urllib.error.URLError(TimeoutError("timed out")), OUTCOME_UNKNOWN),
+        (http.client.RemoteDisconnected("closed"), OUTCOME_UNKNOWN),
+        (ConnectionResetError(104, "reset"), OUTCOME_UNKNOWN),
+        (TimeoutError("timed out"), OUTCOME_UNKNOWN),
+        (http.client.IncompleteRead(b"{"), OUTCOME_UNKNOWN),
+    ],
+)
+def test_transport_failures_are_unknown_unless_nothing_was_sent(
+    error: OSError | http.client.HTTPException, code: str
+) -> None:
+    failure = transport_failure(error)
+    assert failure.error_code == code
+    assert failure.may_be_in_the_stream is (code == OUTCOME_UNKNOWN)
+
+
+def test_records_go_on_the_wire_as_the_api_documents() -> None:
+    record = ProducerRecord("k", b"\x00\xff", "42", "id-1")
+    assert wire_record(record) == {
+        "partitionKey": "k",
+        "data": "AP8=",
+        "explicitHashKey": "42",
+        "recordId": "id-1",
+    }
+    assert wire_record(ProducerRecord("k", b"")) == {"partitionKey": "k", "data": ""}
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        ProducerRecord("k", b""),
+        ProducerRecord("k", b"a"),
+        ProducerRecord("key", b"ab", "170141183460469231731687303715884105728"),
+        ProducerRecord('quote " back \\ tab \t', b"abc", None, "p:1"),
+        ProducerRecord("\u00e9\U0001f600\u65e5", b"\x00" * 1000, "0", "r" * 64),
+    ],
+)
+def test_the_wire_size_of_a_record_is_its_size_in_the_body(record: ProducerRecord) -> None:
+    alone = encode_body([record])
+    assert wire_size(record) == len(alone) - len(b'{"records":[]}')
+    two = encode_body([record, record])
+    assert len(two) == len(b'{"records":[]}') + 2 * wire_size(record) + 1
+    assert json.loads(two) == {"records": [wire_record(record)] * 2}

@@ -1,21 +1,39 @@
-"""Producer input checks: Kinesis limits at and past the edge, JSON lines, batch settings.
+"""Producer input checks: Kinesis limits at and past the edge, record ids and their envelope,
+JSON lines, batch settings; the classification of outcomes; batching.
 
 The producer against the embedded Kinesis: tests/functional/producer/test_producer.py.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import pytest
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ReadTimeoutError,
+    ResponseStreamingError,
+)
 
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.exceptions import ValidationError
+from shardlog.idempotence import RECORD_ID_PATTERN, unwrap, wrap
 from shardlog.producer import (
+    NOT_SENT,
+    OUTCOME_UNKNOWN,
+    FailureKind,
     Producer,
     ProducerRecord,
+    PutFailure,
+    call_failure,
     iter_json_records,
+    take_batch,
     validate_record,
 )
 
@@ -191,3 +209,168 @@ def test_producer_accepts_batch_limits_at_the_edges() -> None:
     for records, size in ((1, 1), (500, 5 * MIB)):
         producer = Producer("s", Clients(), max_batch_records=records, max_batch_bytes=size)
         assert (producer.max_batch_records, producer.max_batch_bytes) == (records, size)
+
+
+# --- record ids and the idempotence envelope ----------------------------------------------
+
+
+@pytest.mark.parametrize("record_id", ["r", "r" * 64, "producer:1", "a.b_c:d-E9"])
+def test_record_ids_of_1_to_64_allowed_characters_are_accepted(record_id: str) -> None:
+    record = validate_record("k", b"x", None, record_id)
+    assert record.record_id == record_id
+    assert unwrap(record.wire_data) == (record_id, b"x")
+    assert record.entry()["Data"] == record.wire_data
+
+
+@pytest.mark.parametrize(
+    ("record_id", "limit"),
+    [("", 64), ("r" * 65, 64), ("a b", RECORD_ID_PATTERN), ("\u00e9", RECORD_ID_PATTERN),
+     (5, RECORD_ID_PATTERN)],
+)  # fmt: skip
+def test_bad_record_ids_are_rejected_naming_the_field_and_limit(record_id: Any, limit: Any) -> None:
+    error = rejected("k", b"x", None, record_id, index=2)
+    assert (error.field, error.limit) == ("records[2].recordId", limit)
+
+
+def test_the_envelope_counts_against_the_1_mib_record_limit() -> None:
+    record_id = "r" * 64  # the envelope is 74 bytes
+    at_limit = validate_record("key", b"x" * (MIB - 3 - 74), None, record_id)
+    assert at_limit.size == len(at_limit.wire_data) + 3 == MIB
+    error = rejected("key", b"x" * (MIB - 3 - 74 + 1), None, record_id)
+    assert (error.field, error.limit) == ("data", MIB)
+    assert f"{MIB + 1} bytes" in str(error) and "envelope" in str(error)
+    assert validate_record("key", b"x" * (MIB - 3 - 74 + 1)).size == MIB - 73  # no id: fits
+
+
+def test_data_that_is_itself_an_envelope_is_refused_without_a_record_id() -> None:
+    inner = wrap("inner", b"payload")
+    error = rejected("k", inner)
+    assert (error.field, error.limit) == ("data", "not an envelope")
+    wrapped = validate_record("k", inner, None, "outer")
+    assert unwrap(wrapped.wire_data) == ("outer", inner)
+    merely_magic = b"\xffSLI not an envelope"
+    assert validate_record("k", merely_magic).wire_data == merely_magic
+
+
+def test_json_lines_may_carry_a_record_id() -> None:
+    lines = ['{"partitionKey": "a", "data": "x", "recordId": "id-1"}']
+    assert list(iter_json_records(lines)) == [ProducerRecord("a", b"x", None, "id-1")]
+    with pytest.raises(ValidationError) as caught:
+        list(iter_json_records(['{"partitionKey": "a", "recordId": ""}']))
+    assert (caught.value.field, caught.value.limit) == ("line 1.recordId", 64)
+
+
+def test_an_idempotent_producer_gives_every_record_without_an_id_a_new_one() -> None:
+    producer = Producer("s", Clients(), idempotent=True)
+    prepared = producer.prepare_records(
+        [("a", b"1"), ProducerRecord("b", b"2", "7", "mine"), ("c", b"3", None, "given")]
+    )
+    ids = [r.record_id for r in prepared]
+    assert ids[1:] == ["mine", "given"]
+    assert ids[0] == f"{producer.record_ids.producer_id}:0"  # type: ignore[union-attr]
+    assert prepared[1].explicit_hash_key == "7"
+    assert producer.prepare_records([("a", b"1")])[0].record_id.endswith(":1")  # type: ignore[union-attr]
+    assert Producer("s", Clients()).prepare_records([("a", b"1")])[0].record_id is None
+
+
+def test_an_id_given_by_the_producer_still_counts_against_the_record_limit() -> None:
+    producer = Producer("s", Clients(), idempotent=True)
+    with pytest.raises(ValidationError) as caught:
+        producer.prepare_records([("k", b"x" * (MIB - 1))])  # fits alone, not with an id
+    assert (caught.value.field, caught.value.limit) == ("records[0].data", MIB)
+
+
+# --- outcomes: one classification of error codes and whole-call failures ------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "kind", "retryable"),
+    [
+        ("ProvisionedThroughputExceededException", FailureKind.THROTTLED, True),
+        ("ThrottlingException", FailureKind.THROTTLED, True),
+        ("KMSThrottlingException", FailureKind.THROTTLED, True),
+        ("InternalFailure", FailureKind.UNAVAILABLE, True),
+        ("EndpointConnectionError", FailureKind.UNAVAILABLE, True),
+        ("ConnectTimeoutError", FailureKind.UNAVAILABLE, True),
+        (NOT_SENT, FailureKind.NOT_SENT, True),
+        (OUTCOME_UNKNOWN, FailureKind.UNKNOWN, False),
+        ("InvalidArgumentException", FailureKind.INVALID, False),
+        ("ResourceNotFoundException", FailureKind.INVALID, False),
+    ],
+)
+def test_error_codes_are_classified_once(code: str, kind: FailureKind, retryable: bool) -> None:
+    failure = PutFailure(code, "message")
+    assert (failure.kind, failure.retryable) == (kind, retryable)
+    assert failure.may_be_in_the_stream is (kind is FailureKind.UNKNOWN)
+
+
+def client_error(code: str, status: int) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "PutRecords",
+    )
+
+
+URL = "https://kinesis.us-east-1.amazonaws.com"
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        # Kinesis answered 4xx, or nothing went out: provably not put.
+        (client_error("KMSThrottlingException", 400), "KMSThrottlingException"),
+        (client_error("ResourceNotFoundException", 400), "ResourceNotFoundException"),
+        (EndpointConnectionError(endpoint_url=URL), "EndpointConnectionError"),
+        (ConnectTimeoutError(endpoint_url=URL), "ConnectTimeoutError"),
+        (NoCredentialsError(), "NoCredentialsError"),
+        # The request went out: the answer was a 5xx, or was lost.
+        (client_error("InternalFailure", 500), OUTCOME_UNKNOWN),
+        (client_error("ServiceUnavailable", 503), OUTCOME_UNKNOWN),
+        (ReadTimeoutError(endpoint_url=URL), OUTCOME_UNKNOWN),
+        (ConnectionClosedError(endpoint_url=URL), OUTCOME_UNKNOWN),
+        (ResponseStreamingError(error="reset"), OUTCOME_UNKNOWN),
+    ],
+)  # fmt: skip
+def test_whole_call_failures_are_classified_by_whether_the_request_went_out(
+    error: Exception, code: str
+) -> None:
+    failure = call_failure(error)  # type: ignore[arg-type]
+    assert failure.error_code == code
+    if code == OUTCOME_UNKNOWN:
+        assert "may or may not be in the stream" in failure.error_message
+
+
+# --- batches: at most N records and B bytes, one per key ------------------------------------
+
+
+def test_take_batch_keeps_order_and_one_item_per_key() -> None:
+    queue = deque(["a1", "b1", "a2", "c1", "b2", "d1"])
+    batch = take_batch(queue, max_records=10, max_bytes=100, size=len, key=lambda i: i[0])
+    assert batch == ["a1", "b1", "c1", "d1"]
+    assert list(queue) == ["a2", "b2"]
+
+
+def test_take_batch_a_skipped_key_stays_skipped_so_nothing_overtakes() -> None:
+    queue = deque(["a1", "b1", "a2", "c1", "a3"])
+    batch = take_batch(queue, max_records=2, max_bytes=100, size=len, key=lambda i: i[0])
+    assert batch == ["a1", "b1"] and list(queue) == ["a2", "c1", "a3"]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "max_bytes", "taken"),
+    [([4, 4, 4], 8, 2), ([4, 4, 4], 7, 1), ([9, 1], 8, 1), ([4, 4], 8, 2)],
+)
+def test_take_batch_bounds_bytes_and_sends_an_oversized_item_alone(
+    sizes: list[int], max_bytes: int, taken: int
+) -> None:
+    queue = deque(sizes)
+    batch = take_batch(queue, max_records=10, max_bytes=max_bytes, size=lambda n: n)
+    assert batch == sizes[:taken] and list(queue) == sizes[taken:]
+
+
+def test_take_batch_bounds_records() -> None:
+    queue = deque(range(1201))
+    sizes = []
+    while queue:
+        sizes.append(len(take_batch(queue, max_records=500, max_bytes=10**9, size=lambda _: 1)))
+    assert sizes == [500, 500, 201]

@@ -19,34 +19,29 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from shardlog.api_client import NOT_SENT, ApiClient, ApiError, ApiRecordError
+from shardlog import constants as C
+from shardlog.api_client import MAX_DATA_PER_REQUEST_BYTES, ApiClient, ApiError
 from shardlog.cli.main import cli
 from shardlog.clock import ManualClock
 from shardlog.config import ShardlogConfig
+from shardlog.exceptions import ValidationError
+from shardlog.idempotence import RECORD_ID_PATTERN, unwrap
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import Producer, PutResult
+from shardlog.producer import FailureKind, ProducerRecord, PutFailure, PutResult
 from tests.support.api import ApiUnderTest, serve
 from tests.support.aws import stream_env, unique_config
+from tests.support.faults import THROTTLED, FaultyProducer, entries_where
 from tests.support.readback import read_stream
 
 
-class FailsKey(Producer):
+def fails_key_bad() -> dict[str, Any]:
     """Kinesis keeps failing the records of key "bad" (they are never sent)."""
-
-    def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
-        bad = [item for item in batch if item.record.partition_key == "bad"]
-        good = [item for item in batch if item not in bad]
-        failed = super()._send(good, results) if good else []
-        for item in bad:
-            item.attempts += 1
-            item.error_code = "ProvisionedThroughputExceededException"
-            item.error_message = "injected"
-        return [*failed, *bad]
+    return {"fail": entries_where(lambda entry: entry.partition_key == "bad")}
 
 
 @pytest.fixture
 def failing_api(endpoint_url: str, clock: ManualClock) -> Iterator[ApiUnderTest]:
-    yield from serve(stream_env(endpoint_url), clock, FailsKey)
+    yield from serve(stream_env(endpoint_url), clock, FaultyProducer, **fails_key_bad())
 
 
 # --- ApiClient -----------------------------------------------------------------------------
@@ -75,41 +70,106 @@ def test_client_stops_after_a_request_with_failed_records(failing_api: ApiUnderT
 
     results = client.put_records(records)
 
-    # The first request's first round (good#1, bad#2, later#0) went out; bad failed, so
-    # the rest of the request and the second request (records 500..) were never sent.
-    put = [i for i, r in enumerate(results) if isinstance(r, PutResult)]
-    assert put == [0, 3]
-    failed = results[1]
-    assert isinstance(failed, ApiRecordError)
-    assert failed.error_code == "ProvisionedThroughputExceededException"
-    assert all(isinstance(r, ApiRecordError) for r in results[4:])
-    assert isinstance(results[-1], ApiRecordError) and results[-1].error_code == NOT_SENT
+    # In the first request "bad" failed after its retries; "good" and "later" kept going
+    # meanwhile, in order, until it did; the rest and the second request were never sent.
+    assert isinstance(results[1], PutFailure) and results[1].error_code == THROTTLED
     assert client.requests == 1
-    assert sorted(r.data for r in read_stream(failing_api.aws)) == [b"1", b"x"]
+    kinds = [r.kind if isinstance(r, PutFailure) else "put" for r in results]
+    assert kinds[:3] == ["put", FailureKind.THROTTLED, "put"]
+    later = kinds[3:]
+    first_held = later.index(FailureKind.NOT_SENT)
+    assert set(later[:first_held]) == {"put"} and set(later[first_held:]) == {FailureKind.NOT_SENT}
+    assert len(later[first_held:]) > 100  # the second request's records among them
+    stream = {(r.shard_id, r.sequence_number): r.data for r in read_stream(failing_api.aws)}
+    put = [r for r in results if isinstance(r, PutResult)]
+    assert sorted(stream.values()) == sorted(
+        records[i][1] for i, k in enumerate(kinds) if k == "put"
+    )
+    assert [stream[(r.shard_id, r.sequence_number)] for r in put][:2] == [b"1", b"3"]
 
 
-def test_client_retries_a_throttled_request_after_retry_after_then_raises(
+def test_client_resends_a_throttled_request_after_retry_after_then_answers_throttled(
     failing_api: ApiUnderTest,
 ) -> None:
     clock = ManualClock()
     client = ApiClient(failing_api.url, clock=clock, max_attempts=3)
 
-    with pytest.raises(ApiError) as caught:
-        client.put_records([("bad", b"1"), ("bad", b"2")])
+    results = client.put_records([("bad", b"1"), ("bad", b"2")])
 
-    assert caught.value.status == 429
-    assert caught.value.retry_after_s == 1.0
+    assert all(isinstance(r, PutFailure) for r in results)
+    assert [(r.error_code, r.kind) for r in results] == [  # type: ignore[union-attr]
+        ("ThrottlingException", FailureKind.THROTTLED)
+    ] * 2
+    assert "nothing was put" in results[0].error_message  # type: ignore[union-attr]
     assert clock.slept == [1.0, 1.0]
     assert client.requests == 3
     assert read_stream(failing_api.aws) == []
 
 
-def test_client_raises_the_apis_error_with_field_and_limit(api: ApiUnderTest) -> None:
+def test_client_checks_records_before_sending_with_the_sdks_validation(
+    api: ApiUnderTest,
+) -> None:
+    client = ApiClient(api.url)
+    with pytest.raises(ValidationError) as caught:
+        client.put_records([("ok", b"x"), ("k" * 257, b"x")])
+    assert (caught.value.field, caught.value.limit) == ("records[1].partitionKey", 256)
+    assert client.requests == 0
+    with pytest.raises(ValidationError) as caught:
+        client.put_records([("k", b"x", None, "bad id!")])
+    assert (caught.value.field, caught.value.limit) == (
+        "records[0].recordId",
+        RECORD_ID_PATTERN,
+    )
+    assert client.requests == 0 and read_stream(api.aws) == []
+
+
+def test_client_raises_the_apis_error_with_status_and_field(api: ApiUnderTest) -> None:
     with pytest.raises(ApiError) as caught:
-        ApiClient(api.url).put_records([("k" * 257, b"x")])
+        ApiClient(api.url + "/v2").put_records([("k", b"x")])
     error = caught.value
-    assert (error.status, error.field, error.limit) == (400, "records[0].partitionKey", 256)
+    assert (error.status, error.field, error.limit) == (404, "path", None)
     assert ApiClient(api.url).health() == {"status": "ok", "version": "0.1.0"}
+
+
+def test_client_splits_requests_by_body_size_below_the_apis_limit(api: ApiUnderTest) -> None:
+    client = ApiClient(api.url)
+    records = [(f"k{i}", bytes([i]) * (C.MIB - 8)) for i in range(5)]  # 5 MiB of data
+
+    results = client.put_records(records)
+
+    assert all(isinstance(r, PutResult) for r in results)
+    assert client.requests == 2  # 5 MiB of data is 6.7 MB of base64: it takes two bodies
+    assert sorted(r.data for r in read_stream(api.aws)) == [data for _, data in records]
+
+
+@pytest.mark.parametrize(("extra_bytes", "requests"), [(0, 1), (1, 2)])
+def test_client_fills_a_body_up_to_the_limit_and_not_past_it(
+    api: ApiUnderTest, extra_bytes: int, requests: int
+) -> None:
+    groups = MAX_DATA_PER_REQUEST_BYTES // 3  # in whole base64 groups: no padding
+    sizes = [3 * (groups // 5 + (1 if i < groups % 5 else 0)) for i in range(5)]
+    sizes[-1] += extra_bytes
+    client = ApiClient(api.url)
+
+    results = client.put_records([(str(i), b"\x01" * size) for i, size in enumerate(sizes)])
+
+    assert all(isinstance(r, PutResult) for r in results)
+    assert client.requests == requests
+    assert sorted(len(r.data) for r in read_stream(api.aws)) == sorted(sizes)
+
+
+def test_idempotent_client_sends_each_record_with_its_own_record_id(api: ApiUnderTest) -> None:
+    client = ApiClient(api.url, idempotent=True)
+    given = ProducerRecord("k", b"mine", record_id="given-id")
+
+    results = client.put_records([("k", b"a"), given, ("k", b"b")])
+
+    assert all(isinstance(r, PutResult) for r in results)
+    stored = [unwrap(r.data) for r in read_stream(api.aws)]
+    assert [payload for _, payload in stored] == [b"a", b"mine", b"b"]
+    ids = [record_id for record_id, _ in stored]
+    assert ids[1] == "given-id" and len(set(ids)) == 3
+    assert ids[0] == f"{client.record_ids.producer_id}:0"  # type: ignore[union-attr]
 
 
 # --- the CLI ---------------------------------------------------------------------------------
@@ -143,24 +203,40 @@ def test_produce_via_api_reports_failed_records_and_exits_1(failing_api: ApiUnde
     assert "sequenceNumber" in printed[0]
     assert printed[1] == {
         "partitionKey": "bad",
-        "errorCode": "ProvisionedThroughputExceededException",
+        "errorCode": THROTTLED,
         "errorMessage": printed[1]["errorMessage"],
     }
 
 
-def test_produce_via_api_raises_the_apis_refusal(endpoint_url: str, clock: ManualClock) -> None:
+def test_produce_via_api_reports_a_refused_request_per_record(
+    endpoint_url: str, clock: ManualClock
+) -> None:
     # Retry-After: 0, so the CLI's client retries without waiting.
     env = stream_env(endpoint_url)
-    for failing_api in serve(env, clock, FailsKey, settings={"retry_after_s": 0}):
+    for failing_api in serve(env, clock, FaultyProducer, settings={"retry_after_s": 0},
+                             **fails_key_bad()):  # fmt: skip
         result = CliRunner().invoke(
             cli,
             ["--state-file", "/nonexistent/local.json", "produce", "--via", "api", "--api-url",
              failing_api.url, "--key", "bad", "--data", "x"],
         )  # fmt: skip
-        # A ShardlogError: `shardlog` (main) prints it and exits 2.
-        assert isinstance(result.exception, ApiError) and result.exception.status == 429
+        assert result.exit_code == 1
+        assert result.output.startswith("bad\tFAILED\tThrottlingException: throttled by Kinesis")
         assert failing_api.server.requests == 3  # the client's attempts
     assert read_stream(env) == []
+
+
+def test_produce_idempotent_sends_record_ids(api: ApiUnderTest) -> None:
+    for via in ("sdk", "api"):
+        result = run_cli(
+            api, "--endpoint-url", api.aws.config.endpoint_url or "", "--stream",
+            api.aws.config.stream_name, "produce", "--via", via, "--api-url", api.url,
+            "--key", "k", "--data", via, "--idempotent",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+    stored = [unwrap(r.data) for r in read_stream(api.aws)]
+    assert [payload for _, payload in stored] == [b"sdk", b"api"]
+    assert all(record_id is not None for record_id, _ in stored)
 
 
 def test_produce_via_api_needs_a_url(tmp_path: Path) -> None:

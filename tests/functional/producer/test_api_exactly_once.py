@@ -3,7 +3,8 @@ ingest exactly once, in its key's order, and no record it answered with an error
 
 One LocalRuntime (embedded AWS, ingest handler, producer API over HTTP) for the module;
 hypothesis sends random batches through ApiClient while Kinesis fails a random subset of
-entries (injected at the SDK seam: those entries are reported failed and never sent), and
+entries (injected at the SDK's call seam, tests/support/faults.py: those entries are
+reported failed and never sent), and
 after each batch the poller is driven until ingest has caught up.
 """
 
@@ -11,9 +12,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,39 +21,33 @@ from hypothesis import strategies as st
 
 from lambdas.producer_api.handler import create_handler
 from lambdas.producer_api.settings import ProducerApiSettings
-from shardlog.api_client import ApiClient, ApiError, ApiRecordError
+from shardlog.api_client import ApiClient
 from shardlog.clock import ManualClock
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import Producer, PutResult
+from shardlog.producer import PutFailure, PutResult
 from shardlog.reader import LogReader
 from shardlog.tables import Tables
 from tests.support.aws import unique_config
+from tests.support.faults import Entry, FaultyProducer
 
 KEYS = [f"user-{i}" for i in range(6)]
 
 
-class FlakyProducer(Producer):
-    """Fails (unsent) every entry whose data is in ``failing``, at every attempt."""
+class Failing:
+    """The payloads Kinesis keeps failing (at every attempt) in the current example."""
 
-    failing: frozenset[bytes] = frozenset()
+    payloads: frozenset[bytes] = frozenset()
 
-    def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
-        failing = [item for item in batch if item.record.data in self.failing]
-        sending = [item for item in batch if item not in failing]
-        failed = super()._send(sending, results) if sending else []
-        for item in failing:
-            item.attempts += 1
-            item.error_code = "ProvisionedThroughputExceededException"
-            item.error_message = "injected"
-        return [*failed, *failing]
+    def pick(self, entries: Sequence[Entry]) -> list[int]:
+        return [i for i, entry in enumerate(entries) if entry.data in self.payloads]
 
 
 @dataclass
 class World:
     runtime: LocalRuntime
     client: ApiClient
-    producer: FlakyProducer
+    failing: Failing
     reader: LogReader
     counter: Iterator[int] = field(default_factory=itertools.count)
     acknowledged: list[tuple[str, str, str, bytes]] = field(default_factory=list)
@@ -71,14 +65,19 @@ def world() -> Iterator[World]:
     with runtime:
         assert runtime.api is not None
         clock = ManualClock()
-        producer = FlakyProducer(
-            runtime.config.stream_name, runtime.config.clients(), max_attempts=3, clock=clock
+        failing = Failing()
+        producer = FaultyProducer(
+            runtime.config.stream_name,
+            runtime.config.clients(),
+            fail=failing.pick,
+            max_attempts=3,
+            clock=clock,
         )
         settings_ = ProducerApiSettings(stream_name=runtime.config.stream_name)
         runtime.api.handler = create_handler(settings_, producer=producer)
         client = ApiClient(runtime.config.extra["apiUrl"], clock=clock)
         reader = LogReader(runtime.clients, runtime.config.bucket, runtime.config.tables)
-        yield World(runtime, client, producer, reader)
+        yield World(runtime, client, failing, reader)
 
 
 batches = st.lists(
@@ -102,23 +101,20 @@ def test_acknowledged_records_are_in_the_log_exactly_once(
 ) -> None:
     # Unique payloads, so a record in the log names the request record it came from.
     records = [(key, b"%d:" % next(world.counter) + payload) for key, payload, _ in batch]
-    world.producer.failing = frozenset(
+    world.failing.payloads = frozenset(
         body for (_, body), (_, _, fails) in zip(records, batch, strict=True) if fails
     )
-    try:
-        results: list[PutResult | ApiRecordError] = world.client.put_records(records)
-    except ApiError as exc:  # nothing went in: the whole request was refused
-        assert exc.status == 429, exc
-        results = [ApiRecordError("throttled", str(exc))] * len(records)
+    results = world.client.put_records(records)
 
     assert len(results) == len(records)
+    assert not any(isinstance(r, PutFailure) and r.may_be_in_the_stream for r in results)
     for (key, body), result in zip(records, results, strict=True):
         if isinstance(result, PutResult):
             world.acknowledged.append((result.shard_id, result.sequence_number, key, body))
         else:
             world.refused.add(body)
     assert {body for (_, body), r in zip(records, results, strict=True)
-            if isinstance(r, PutResult)}.isdisjoint(world.producer.failing)  # fmt: skip
+            if isinstance(r, PutResult)}.isdisjoint(world.failing.payloads)  # fmt: skip
 
     runtime = world.runtime
     assert runtime.wait_until(

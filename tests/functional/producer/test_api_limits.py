@@ -13,9 +13,14 @@ from typing import Any
 
 import pytest
 
-from lambdas.producer_api.models import MAX_BODY_BYTES
 from shardlog import constants as C
-from shardlog.local.http_api import API_GATEWAY_MAX_PAYLOAD_BYTES
+from shardlog.api_client import (
+    LAMBDA_MAX_REQUEST_BYTES,
+    MAX_BODY_BYTES,
+    MAX_DATA_PER_REQUEST_BYTES,
+)
+from shardlog.idempotence import RECORD_ID_PATTERN, overhead, unwrap
+from shardlog.local.http_api import API_GATEWAY_MAX_PAYLOAD_BYTES, to_proxy_event
 from tests.support.api import ApiUnderTest, HttpAnswer, post_json, send
 from tests.support.readback import read_stream
 
@@ -111,7 +116,7 @@ def test_missing_or_mistyped_fields_are_refused(
 
 def test_partition_key_with_a_lone_surrogate_is_refused_not_a_500(api: ApiUnderTest) -> None:
     body = '{"records": [{"partitionKey": "a\\ud800", "data": "eA=="}]}'
-    assert_refused(api, post_json(api.url, body), 400, "records[0].partitionKey", 256)
+    assert_refused(api, post_json(api.url, body), 400, "records[0].partitionKey", "UTF-8")
 
 
 # --- data: base64, data + UTF-8 key at most 1 MiB --------------------------------------------
@@ -150,33 +155,63 @@ def test_empty_data_is_accepted(api: ApiUnderTest) -> None:
     assert_accepted(api, post_json(api.url, {"records": sent}), sent)
 
 
-# --- the batch: at most 5 MiB of data + keys ---------------------------------------------------
+# --- record ids: 1 to 64 characters of [A-Za-z0-9._:-]; the envelope counts in the 1 MiB ----
 
 
-def five_mib_batch(extra_bytes: int) -> list[dict[str, Any]]:
-    """Six records of 5 MiB + extra_bytes in all (data plus UTF-8 keys)."""
-    sizes = [MIB] * 4 + [MIB - 1]
-    records = [record(f"k{i}", b"\x01" * (size - 2)) for i, size in enumerate(sizes)]
-    return [*records, record("z", b"\x02" * extra_bytes)]  # key "z" is 1 byte
+@pytest.mark.parametrize("record_id", ["a", "A" * 64, "producer-1:42", "a.b_c:d-E9"])
+def test_record_ids_of_1_to_64_allowed_characters_are_accepted(
+    api: ApiUnderTest, record_id: str
+) -> None:
+    sent = [record("k", b"payload", recordId=record_id)]
+    answer = post_json(api.url, {"records": sent})
+    assert answer.status == 200 and answer.json["failedRecordCount"] == 0
+    assert [unwrap(r.data) for r in read_stream(api.aws)] == [(record_id, b"payload")]
 
 
-def test_batch_of_exactly_5_mib_is_accepted(api: ApiUnderTest) -> None:
-    sent = five_mib_batch(0)
-    assert_accepted(api, post_json(api.url, {"records": sent}), sent)
+@pytest.mark.parametrize(
+    ("record_id", "limit"),
+    [("", 64), ("A" * 65, 64), ("has space", RECORD_ID_PATTERN), ("é", RECORD_ID_PATTERN),
+     ("a/b", RECORD_ID_PATTERN), ("line\n", RECORD_ID_PATTERN)],
+)  # fmt: skip
+def test_bad_record_ids_are_refused(api: ApiUnderTest, record_id: str, limit: Any) -> None:
+    sent = [record("k"), record("k", recordId=record_id)]
+    assert_refused(api, post_json(api.url, {"records": sent}), 400, "records[1].recordId", limit)
 
 
-def test_batch_one_byte_past_5_mib_is_413(api: ApiUnderTest) -> None:
-    body = assert_refused(
-        api,
-        post_json(api.url, {"records": five_mib_batch(1)}),
-        413,
-        "records",
-        C.KINESIS_MAX_BYTES_PER_PUT,
-    )
-    assert f"{5 * MIB + 1} bytes" in body["error"]
+def test_record_id_must_be_a_string(api: ApiUnderTest) -> None:
+    sent = [record("k", recordId=7)]
+    assert_refused(api, post_json(api.url, {"records": sent}), 400, "records[0].recordId", None)
 
 
-# --- the body: at most MAX_BODY_BYTES, then API Gateway's 10 MiB -------------------------------
+def test_record_with_its_envelope_of_exactly_1_mib_is_accepted(api: ApiUnderTest) -> None:
+    record_id = "r" * 64
+    data = b"\x00" * (MIB - len("key") - overhead(record_id))
+    sent = [record("key", data, recordId=record_id)]
+    answer = post_json(api.url, {"records": sent})
+    assert answer.status == 200 and answer.json["failedRecordCount"] == 0
+    assert [unwrap(r.data) for r in read_stream(api.aws)] == [(record_id, data)]
+
+
+def test_record_one_byte_past_1_mib_with_its_envelope_is_413(api: ApiUnderTest) -> None:
+    record_id = "r" * 64
+    data = b"\x00" * (MIB - len("key") - overhead(record_id) + 1)
+    sent = [record("key", data, recordId=record_id)]
+    body = assert_refused(api, post_json(api.url, {"records": sent}), 413, "records[0].data", MIB)
+    assert f"{MIB + 1} bytes" in body["error"] and "envelope" in body["error"]
+
+
+def test_data_that_is_itself_an_envelope_needs_a_record_id(api: ApiUnderTest) -> None:
+    from shardlog.idempotence import wrap
+
+    inner = wrap("inner", b"payload")
+    refused = post_json(api.url, {"records": [record("k", inner)]})
+    assert_refused(api, refused, 400, "records[0].data", "not an envelope")
+    sent = [record("k", inner, recordId="outer")]
+    assert post_json(api.url, {"records": sent}).status == 200
+    assert [unwrap(r.data) for r in read_stream(api.aws)] == [("outer", inner)]
+
+
+# --- the body: at most MAX_BODY_BYTES (below Lambda's cap), then API Gateway's 10 MiB ------
 
 
 def padded(document: dict[str, Any], size: int) -> bytes:
@@ -201,6 +236,51 @@ def test_body_past_api_gateways_10_mib_is_413_unread(api: ApiUnderTest) -> None:
     answer = post_json(api.url, body)
     assert_refused(api, answer, 413, "body", API_GATEWAY_MAX_PAYLOAD_BYTES)
     assert api.server.requests == 0  # the function was never invoked
+
+
+def most_data_per_request(extra_bytes: int) -> list[dict[str, Any]]:
+    """Five records, 1-character keys, MAX_DATA_PER_REQUEST_BYTES + extra_bytes of data
+    (in whole 3-byte groups, so no base64 padding is wasted; the extra in the last)."""
+    groups = MAX_DATA_PER_REQUEST_BYTES // 3
+    sizes = [3 * (groups // 5 + (1 if i < groups % 5 else 0)) for i in range(5)]
+    sizes[-1] += extra_bytes
+    return [record(str(i), bytes([i]) * size) for i, size in enumerate(sizes)]
+
+
+def compact(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def test_the_most_data_a_request_can_carry_is_accepted(api: ApiUnderTest) -> None:
+    sent = most_data_per_request(0)
+    body = compact({"records": sent})
+    assert len(body) == MAX_BODY_BYTES
+    assert_accepted(api, post_json(api.url, body), sent)
+
+
+def test_one_byte_more_data_does_not_fit_the_body(api: ApiUnderTest) -> None:
+    body = compact({"records": most_data_per_request(1)})
+    assert len(body) > MAX_BODY_BYTES
+    assert_refused(api, post_json(api.url, body), 413, "body", MAX_BODY_BYTES)
+
+
+def test_a_body_just_past_the_limit_reaches_the_function_under_lambdas_cap() -> None:
+    """The 413 is this API's, not the platform's: the Lambda event of a body one byte past
+    the limit, with API Gateway's largest headers and the most escaping a request that
+    passes the schema can need (keys of quotes and backslashes, every optional field), is
+    under Lambda's request cap."""
+    key = '"\\' * 128  # 256 characters that each take two bytes in JSON, and more escaped
+    entry = record(key, b"", explicitHashKey="1", recordId="r" * 64)
+    entries = [entry] * C.KINESIS_MAX_RECORDS_PER_PUT
+    skeleton = compact({"records": entries})
+    padding = MAX_BODY_BYTES + 1 - len(skeleton)
+    entries[0] = record(key, b"\x00" * (padding // 4 * 3), explicitHashKey="1", recordId="r" * 64)
+    body = compact({"records": entries})
+    body += b" " * (MAX_BODY_BYTES + 1 - len(body))
+    assert len(body) == MAX_BODY_BYTES + 1
+    headers = [("Content-Type", "application/json"), ("Authorization", "a" * 10_000)]
+    event = to_proxy_event("POST", "/v1/records", headers, body)
+    assert len(json.dumps(event).encode()) < LAMBDA_MAX_REQUEST_BYTES
 
 
 # --- JSON and unknown fields -----------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Kinesis failures through the API: retried with backoff (injected clock), then answered per
-record (200 with failed entries) or, when nothing went in, 429/503 with Retry-After.
+record (200 with failed entries) or, when provably nothing went in, 429/503 with
+Retry-After, and 502 when the outcome of every record is unknown.
 
-Failures are injected at the SDK seam, as in tests/unit/test_producer_validation.py: a
-Producer subclass whose ``_send`` reports some entries failed *without sending them* (so
-what is in the stream is exactly what the API acknowledged), or raises the error a whole
-PutRecords call would. Everything else is real: HTTP, the handler, the embedded Kinesis.
+Failures are injected at the SDK's call seam (tests/support/faults.py): Kinesis fails
+chosen entries *without them being sent* (so what is in the stream is exactly what the
+API acknowledged), or a whole PutRecords call raises what botocore raises. Everything else
+is real: HTTP, the handler, the embedded Kinesis. Lost answers: test_lost_answers.py.
 """
 
 from __future__ import annotations
@@ -14,65 +15,23 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
-from lambdas.producer_api.batch import rounds
 from shardlog.clock import ManualClock
-from shardlog.producer import Producer, ProducerRecord, PutResult
+from shardlog.producer import NOT_SENT, OUTCOME_UNKNOWN, Producer
 from tests.support.api import ApiUnderTest, post_json, serve
 from tests.support.aws import stream_env
+from tests.support.faults import (
+    THROTTLED,
+    FaultyProducer,
+    RaisingProducer,
+    client_error,
+    entries_where,
+)
 from tests.support.readback import read_stream
 
-THROTTLED = "ProvisionedThroughputExceededException"
 MAX_ATTEMPTS = 5  # ProducerApiSettings' default
 MAX_BACKOFF_S = 1.0
-
-
-class FailingProducer(Producer):
-    """Reports the entries ``fails(record, attempt)`` picks as failed with ``code``, unsent."""
-
-    def __init__(
-        self,
-        *args: Any,
-        fails: Callable[[ProducerRecord, int], bool],
-        code: str = THROTTLED,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.fails = fails
-        self.code = code
-        self.failed_entries = 0
-
-    def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
-        failing = [item for item in batch if self.fails(item.record, item.attempts + 1)]
-        sending = [item for item in batch if item not in failing]
-        failed = super()._send(sending, results) if sending else []
-        for item in failing:
-            item.attempts += 1
-            item.error_code = self.code
-            item.error_message = "Rate exceeded for shard (injected by the test)"
-            self.failed_entries += 1
-        return [*failed, *failing]
-
-
-class RaisingProducer(Producer):
-    """Every PutRecords call fails as a whole with ``error`` (as botocore raises it)."""
-
-    def __init__(self, *args: Any, error: Exception, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.error = error
-
-    def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
-        self.calls += 1
-        raise self.error
-
-
-def client_error(code: str, status: int = 400) -> ClientError:
-    return ClientError(
-        {"Error": {"Code": code, "Message": f"{code} (injected)"},
-         "ResponseMetadata": {"HTTPStatusCode": status}},
-        "PutRecords",
-    )  # fmt: skip
 
 
 @pytest.fixture
@@ -101,7 +60,7 @@ def body_of(records: list[tuple[str, bytes]]) -> dict[str, Any]:
 def test_whole_request_throttled_after_retries_is_429_with_retry_after(
     make_api: Callable[..., ApiUnderTest],
 ) -> None:
-    api = make_api(FailingProducer, fails=lambda _record, _attempt: True)
+    api = make_api(FaultyProducer, fail=entries_where(lambda _entry: True))
     answer = post_json(api.url, body_of([("a", b"1"), ("b", b"2")]))
 
     assert answer.status == 429
@@ -118,7 +77,7 @@ def test_whole_request_throttled_after_retries_is_429_with_retry_after(
 def test_whole_request_failed_internally_is_503_with_retry_after(
     make_api: Callable[..., ApiUnderTest],
 ) -> None:
-    api = make_api(FailingProducer, fails=lambda _r, _a: True, code="InternalFailure")
+    api = make_api(FaultyProducer, fail=entries_where(lambda _e: True), code="InternalFailure")
     answer = post_json(api.url, body_of([("a", b"1")]))
     assert answer.status == 503
     assert answer.header("Retry-After") == "1"
@@ -129,7 +88,7 @@ def test_whole_request_failed_internally_is_503_with_retry_after(
 def test_throttling_that_clears_within_the_retries_is_a_clean_200(
     make_api: Callable[..., ApiUnderTest],
 ) -> None:
-    api = make_api(FailingProducer, fails=lambda _record, attempt: attempt <= 2)
+    api = make_api(FaultyProducer, fail=entries_where(lambda entry: entry.attempt <= 2))
     records = [("a", b"1"), ("b", b"2"), ("c", b"3")]
     answer = post_json(api.url, body_of(records))
 
@@ -145,7 +104,7 @@ def test_throttling_that_clears_within_the_retries_is_a_clean_200(
 def test_some_entries_failing_after_retries_is_200_with_per_record_errors(
     make_api: Callable[..., ApiUnderTest],
 ) -> None:
-    api = make_api(FailingProducer, fails=lambda record, _attempt: record.partition_key in "bd")
+    api = make_api(FaultyProducer, fail=entries_where(lambda entry: entry.partition_key in "bd"))
     records = [("a", b"1"), ("b", b"2"), ("c", b"3"), ("d", b"4")]
     answer = post_json(api.url, body_of(records))
 
@@ -167,27 +126,30 @@ def test_some_entries_failing_after_retries_is_200_with_per_record_errors(
     assert acknowledged == {(r.shard_id, r.sequence_number) for r in stream}
 
 
-def test_a_failed_record_holds_back_the_later_records_so_key_order_survives_a_resend(
+def test_a_failed_record_holds_back_the_later_records_of_its_key(
     make_api: Callable[..., ApiUnderTest],
 ) -> None:
-    # Round 1: a#0, b#0 (b fails); rounds 2 and 3 (a#1, b#1, a#2) are not sent at all.
-    api = make_api(FailingProducer, fails=lambda record, _attempt: record.data == b"b#0")
+    # b#0 keeps failing: b#1 is never sent while b#0 awaits its retries, a's records go in.
+    api = make_api(FaultyProducer, fail=entries_where(lambda entry: entry.data == b"b#0"))
     records = [("a", b"a#0"), ("b", b"b#0"), ("a", b"a#1"), ("b", b"b#1"), ("a", b"a#2")]
     answer = post_json(api.url, body_of(records))
 
     assert answer.status == 200
     entries = answer.json["records"]
-    assert answer.json["failedRecordCount"] == 4
-    assert "sequenceNumber" in entries[0]
-    assert all(e["errorCode"] == THROTTLED for e in entries[1:])
-    assert all("not sent" in e["errorMessage"] for e in entries[2:])
-    assert [r.data for r in read_stream(api.aws)] == [b"a#0"]
+    assert answer.json["failedRecordCount"] == 2
+    assert [e.get("errorCode", "put") for e in entries] == [
+        "put", THROTTLED, "put", NOT_SENT, "put",
+    ]  # fmt: skip
+    assert "not sent" in entries[3]["errorMessage"]
+    stream = read_stream(api.aws)
+    assert [r.data for r in stream if r.partition_key == "a"] == [b"a#0", b"a#1", b"a#2"]
+    assert [r.data for r in stream if r.partition_key == "b"] == []
 
 
 def test_records_of_one_key_in_one_request_keep_their_order(
     make_api: Callable[..., ApiUnderTest],
 ) -> None:
-    api = make_api(FailingProducer, fails=lambda _record, attempt: attempt == 1)
+    api = make_api(FaultyProducer, fail=entries_where(lambda entry: entry.attempt == 1))
     records = [(f"k{i % 3}", f"k{i % 3}#{i // 3}".encode()) for i in range(12)]
     answer = post_json(api.url, body_of(records))
 
@@ -205,12 +167,10 @@ def test_records_of_one_key_in_one_request_keep_their_order(
         (client_error("LimitExceededException"), 429),
         (client_error(THROTTLED), 429),
         (client_error("KMSThrottlingException"), 429),
-        (client_error("InternalFailureException", 500), 503),
-        (client_error("ServiceUnavailable", 503), 503),
         (EndpointConnectionError(endpoint_url="https://kinesis.invalid"), 503),
     ],
 )
-def test_a_whole_call_refused_by_kinesis_is_429_or_503(
+def test_a_whole_call_refused_before_anything_was_put_is_429_or_503(
     make_api: Callable[..., ApiUnderTest], error: Exception, status: int
 ) -> None:
     api = make_api(RaisingProducer, error=error)
@@ -218,7 +178,42 @@ def test_a_whole_call_refused_by_kinesis_is_429_or_503(
     assert answer.status == status
     assert answer.header("Retry-After") == "1"
     assert answer.json["field"] is None
+    assert "nothing was put" in answer.json["error"]
+    assert len(api.clock.slept) == MAX_ATTEMPTS - 1  # provably not put: retried
     assert read_stream(api.aws) == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        client_error("InternalFailure", 500),
+        client_error("InternalFailureException", 500),
+        client_error("ServiceUnavailable", 503),
+        ReadTimeoutError(endpoint_url="https://kinesis.invalid"),
+    ],
+)
+def test_a_whole_call_failing_after_the_request_went_out_is_502_outcome_unknown(
+    make_api: Callable[..., ApiUnderTest], error: Exception
+) -> None:
+    api = make_api(RaisingProducer, error=error)
+    answer = post_json(api.url, body_of([("a", b"1"), ("b", b"2")]))
+    assert answer.status == 502
+    assert answer.header("Retry-After") is None
+    assert "outcome is unknown" in answer.json["error"]
+    assert "nothing was put" not in answer.json["error"]
+    assert api.clock.slept == []  # no record id: never sent again
+    assert answer.json["field"] is None
+
+
+def test_a_whole_call_failing_after_the_request_went_out_is_retried_with_record_ids(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    api = make_api(RaisingProducer, error=client_error("InternalFailure", 500))
+    records = [{**body_of([("a", b"1")])["records"][0], "recordId": "id-1"}]
+    answer = post_json(api.url, {"records": records})
+    assert answer.status == 502
+    assert len(api.clock.slept) == MAX_ATTEMPTS - 1
+    assert f"after {MAX_ATTEMPTS} attempts" in answer.json["error"]
 
 
 def test_kinesis_refusing_the_arguments_is_400_not_a_retry(
@@ -244,17 +239,10 @@ def test_a_misconfigured_stream_is_a_json_500_naming_the_code(
     }
 
 
-def test_later_round_failing_as_a_whole_answers_the_first_round_and_errors_for_the_rest(
+def test_later_calls_failing_as_a_whole_answer_the_first_call_and_errors_for_the_rest(
     make_api: Callable[..., ApiUnderTest],
 ) -> None:
-    class SecondCallRaises(Producer):
-        def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
-            if self.calls == 1:
-                self.calls += 1
-                raise client_error("ThrottlingException")
-            return super()._send(batch, results)
-
-    api = make_api(SecondCallRaises)
+    api = make_api(RaisingProducer, error=client_error("ThrottlingException"), passing_calls=1)
     answer = post_json(api.url, body_of([("a", b"a#0"), ("b", b"b#0"), ("a", b"a#1")]))
 
     assert answer.status == 200
@@ -262,24 +250,22 @@ def test_later_round_failing_as_a_whole_answers_the_first_round_and_errors_for_t
     assert answer.json["failedRecordCount"] == 1
     assert "sequenceNumber" in entries[0] and "sequenceNumber" in entries[1]
     assert entries[2]["errorCode"] == "ThrottlingException"
+    assert f"after {MAX_ATTEMPTS} attempts" in entries[2]["errorMessage"]
     assert sorted(r.data for r in read_stream(api.aws)) == [b"a#0", b"b#0"]
 
 
 def test_a_whole_call_failing_after_some_records_went_in_never_answers_nothing_put(
     make_api: Callable[..., ApiUnderTest],
 ) -> None:
-    """First call: one record in, one throttled; the retry then fails as a whole. The
+    """First call: one record in, one throttled; its retries then fail as a whole. The
     record that went in must be answered with its sequence number (not 429 "nothing was
     put", which would make a client resend it and duplicate it in the log)."""
-
-    class PartialThenRaises(FailingProducer):
-        def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
-            if self.calls >= 1:
-                self.calls += 1
-                raise client_error("ThrottlingException")
-            return super()._send(batch, results)
-
-    api = make_api(PartialThenRaises, fails=lambda record, _attempt: record.data == b"b#0")
+    api = make_api(
+        RaisingProducer,
+        error=client_error("ThrottlingException"),
+        passing_calls=1,
+        fail=entries_where(lambda entry: entry.data == b"b#0"),
+    )
     answer = post_json(api.url, body_of([("a", b"a#0"), ("b", b"b#0")]))
 
     assert answer.status == 200
@@ -290,8 +276,29 @@ def test_a_whole_call_failing_after_some_records_went_in_never_answers_nothing_p
     assert [r.data for r in read_stream(api.aws)] == [b"a#0"]
 
 
-def test_rounds_hold_each_key_once_in_request_order() -> None:
-    keys = ["a", "b", "a", "c", "a", "b"]
-    records = [ProducerRecord(k, b"") for k in keys]
-    assert rounds(records) == [[0, 1, 3], [2, 5], [4]]
-    assert rounds([]) == []
+def test_an_unknown_outcome_after_some_records_went_in_is_answered_per_record(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    api = make_api(RaisingProducer, error=client_error("InternalFailure", 500), passing_calls=1)
+    answer = post_json(api.url, body_of([("a", b"a#0"), ("a", b"a#1"), ("a", b"a#2")]))
+
+    assert answer.status == 200
+    codes = [e.get("errorCode", "put") for e in answer.json["records"]]
+    assert codes == ["put", OUTCOME_UNKNOWN, NOT_SENT]
+    assert [r.data for r in read_stream(api.aws)] == [b"a#0"]
+
+
+def test_a_failure_of_the_function_itself_is_502_outcome_unknown(
+    make_api: Callable[..., ApiUnderTest],
+) -> None:
+    # It may come after records went in: never "nothing was put", never a retry hint.
+    api = make_api(RaisingProducer, error=RuntimeError("a bug"), passing_calls=1)
+    answer = post_json(api.url, body_of([("a", b"a#0"), ("a", b"a#1")]))
+    assert answer.status == 502
+    assert answer.json == {
+        "error": "the function failed (RuntimeError); the outcome is unknown",
+        "field": None,
+        "limit": None,
+    }
+    assert answer.header("Retry-After") is None
+    assert [r.data for r in read_stream(api.aws)] == [b"a#0"]

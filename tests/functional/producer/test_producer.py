@@ -1,13 +1,15 @@
 """The SDK Producer against the embedded Kinesis: batching, per-key order and retries.
 
 Requests are observed with botocore event hooks (never stubbed); failed entries are
-injected by a Producer subclass that really sends only part of a batch.
+injected at the SDK's call seam (tests/support/faults.py): the failed ones are never sent,
+the rest really go to the embedded Kinesis.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,13 +19,17 @@ from shardlog import constants as C
 from shardlog.aws import Clients, RequestCounter
 from shardlog.clock import ManualClock
 from shardlog.exceptions import ProducerError, ValidationError
+from shardlog.idempotence import unwrap
 from shardlog.producer import (
+    NOT_SENT,
+    FailureKind,
     Producer,
     ProducerRecord,
     PutResult,
 )
 from shardlog.shardsync import list_shards
 from tests.support.aws import AwsEnv
+from tests.support.faults import THROTTLED, Entry, FaultyProducer, Picker, entries_where
 from tests.support.readback import StreamRecord, read_stream
 
 
@@ -181,39 +187,25 @@ class TopOfJitter(random.Random):
         return b
 
 
-class HalfFailingProducer(Producer):
-    """Really sends only the first half of a batch; reports the second half as failed.
+def second_half_of_the_first(calls: int) -> Picker:
+    """Kinesis fails the second half of the entries of the first ``calls`` calls."""
+    remaining = [calls]
 
-    Kinesis fails entries the same way (ProvisionedThroughputExceeded for some entries
-    of a call); here the failed ones are never sent at all, so exactly-once is testable.
-    """
+    def pick(entries: Sequence[Entry]) -> range:
+        if remaining[0] <= 0:
+            return range(0)
+        remaining[0] -= 1
+        return range(len(entries) // 2, len(entries))
 
-    def __init__(self, *args: Any, failing_calls: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.failing_calls = failing_calls
-        self.injected: list[bytes] = []
-
-    def _send(self, batch: list[Any], results: list[PutResult | None]) -> list[Any]:
-        if self.failing_calls <= 0:
-            return super()._send(batch, results)
-        self.failing_calls -= 1
-        half = len(batch) // 2
-        sent, unsent = batch[:half], batch[half:]
-        failed = super()._send(sent, results) if sent else []
-        for item in unsent:
-            item.attempts += 1
-            item.error_code = "ProvisionedThroughputExceededException"
-            item.error_message = "injected by the test"
-            self.injected.append(item.record.data)
-        return [*failed, *unsent]
+    return pick
 
 
 def test_failed_entries_are_retried_exactly_once_in_key_order(
     aws: AwsEnv, observed: Observed, clock: ManualClock
 ) -> None:
     records = keyed_records(keys=6, per_key=10)
-    producer = HalfFailingProducer(
-        aws.config.stream_name, observed.clients, failing_calls=3, clock=clock
+    producer = FaultyProducer(
+        aws.config.stream_name, observed.clients, fail=second_half_of_the_first(3), clock=clock
     )
 
     results = producer.put_records(records)
@@ -232,10 +224,10 @@ def test_failed_entries_are_retried_exactly_once_in_key_order(
 def test_backoff_grows_while_the_same_entry_keeps_failing(
     aws: AwsEnv, observed: Observed, clock: ManualClock
 ) -> None:
-    producer = HalfFailingProducer(
+    producer = FaultyProducer(
         aws.config.stream_name,
         observed.clients,
-        failing_calls=4,
+        fail=second_half_of_the_first(4),
         max_attempts=5,
         base_backoff_s=0.05,
         max_backoff_s=0.3,
@@ -258,8 +250,12 @@ def test_persistent_failure_raises_with_unsent_records_in_order(
 ) -> None:
     records = [("k0", b"k0a"), ("k1", b"k1a"), ("k2", b"k2a")]
     records += [("k0", b"k0b"), ("k1", b"k1b"), ("k2", b"k2b")]
-    producer = HalfFailingProducer(
-        aws.config.stream_name, observed.clients, failing_calls=99, max_attempts=2, clock=clock
+    producer = FaultyProducer(
+        aws.config.stream_name,
+        observed.clients,
+        fail=second_half_of_the_first(99),
+        max_attempts=2,
+        clock=clock,
     )
 
     with pytest.raises(ProducerError) as caught:
@@ -269,6 +265,12 @@ def test_persistent_failure_raises_with_unsent_records_in_order(
     # Call 1 holds k0a, k1a, k2a and really sends k0a; call 2 holds k1a, k2a, k0b and
     # really sends k1a; k2a then failed its second attempt.
     assert [(r.partition_key, r.data) for r in error.unsent] == records[2:]
+    # k2a ended the put; k0b was in flight with it; k1b and k2b were held back.
+    assert [getattr(o, "error_code", "put") for o in error.outcomes] == [
+        "put", "put", THROTTLED, THROTTLED, NOT_SENT, NOT_SENT,
+    ]  # fmt: skip
+    assert all(o.kind is not FailureKind.UNKNOWN for o in error.outcomes[2:])  # type: ignore[union-attr]
+    assert error.aws_error_code == THROTTLED
     assert "'k2'" in str(error) and "after 2 attempts" in str(error)
     sent = [r for r in error.results if r is not None]
     assert [i for i, r in enumerate(error.results) if r is not None] == [0, 1]
@@ -282,3 +284,45 @@ def test_persistent_failure_raises_with_unsent_records_in_order(
 def test_aws_fixture_request_counter_counts_requests_through_aws_clients(aws: AwsEnv) -> None:
     aws.clients.kinesis.put_record(StreamName=aws.config.stream_name, PartitionKey="k", Data=b"x")
     assert aws.requests.by_operation["kinesis.PutRecord"] == 1
+
+
+def test_the_error_names_the_record_that_stopped_the_put_not_one_held_back(
+    aws: AwsEnv, observed: Observed, clock: ManualClock
+) -> None:
+    # a1 waits for a0 (one record of a key per call); b0 is refused in the first call.
+    producer = FaultyProducer(
+        aws.config.stream_name,
+        observed.clients,
+        fail=entries_where(lambda entry: entry.partition_key == "b"),
+        code="InvalidArgumentException",
+        clock=clock,
+    )
+
+    with pytest.raises(ProducerError) as caught:
+        producer.put_records([("a", b"a0"), ("a", b"a1"), ("b", b"b0")])
+
+    error = caught.value
+    assert [getattr(o, "error_code", "put") for o in error.outcomes] == [
+        "put", NOT_SENT, "InvalidArgumentException",
+    ]  # fmt: skip
+    assert error.aws_error_code == "InvalidArgumentException"
+    assert "key 'b'" in str(error) and "2 of 3" in str(error)
+    assert clock.slept == []  # invalid: never retried
+    assert [r.data for r in read_stream(aws)] == [b"a0"]
+
+
+def test_records_with_their_own_ids_go_in_wrapped_and_come_back_whole(
+    aws: AwsEnv, observed: Observed
+) -> None:
+    producer = Producer(aws.config.stream_name, observed.clients)
+    results = producer.put_records(
+        [
+            ProducerRecord("k", b"one", record_id="id-1"),
+            ("k", b"plain"),
+            ("k", b"two", None, "id-2"),
+        ]
+    )
+    assert len(results) == 3
+    assert [unwrap(r.data) for r in read_stream(aws)] == [
+        ("id-1", b"one"), (None, b"plain"), ("id-2", b"two"),
+    ]  # fmt: skip
