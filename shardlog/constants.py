@@ -19,6 +19,7 @@ ENV_SEGMENT_MAX_RECORDS: Final = "SHARDLOG_SEGMENT_MAX_RECORDS"
 ENV_SEGMENT_MAX_BYTES: Final = "SHARDLOG_SEGMENT_MAX_BYTES"
 ENV_ENDPOINT_URL: Final = "AWS_ENDPOINT_URL"  # the standard AWS SDK variable
 ENV_REGION: Final = "AWS_REGION"
+ENV_DEBUG: Final = "SHARDLOG_DEBUG"  # the CLI shows tracebacks (as --debug does)
 
 # --- default resource names (the stack and the local runtime use these) ----
 DEFAULT_STREAM_NAME: Final = "shardlog-events"
