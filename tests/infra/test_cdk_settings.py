@@ -12,7 +12,7 @@ from infra import constants as IC
 from infra.settings import SettingsError, StackSettings
 from infra.storage import Storage
 from shardlog import constants as C
-from tests.infra.cdk_synth import TEST_ALARM_EMAIL, Synthesized, cdk_context
+from tests.infra.cdk_synth import REPO_ROOT, TEST_ALARM_EMAIL, Synthesized, cdk_context
 
 
 def _settings(**context: Any) -> StackSettings:
@@ -153,3 +153,14 @@ def test_lists_come_from_cdk_json_or_the_command_line() -> None:
     assert _settings(**{IC.CTX_CONSUMER_GROUPS: "billing, search"}).consumer_groups == groups
     assert _settings(**{IC.CTX_CONSUMER_GROUPS: '["billing","search"]'}).consumer_groups == groups
     assert _settings().consumer_groups == ()
+
+
+def test_deploy_docs_explain_every_context_key() -> None:
+    docs = (REPO_ROOT / "docs" / "DEPLOY.md").read_text()
+    keys = [value for name, value in vars(IC).items() if name.startswith("CTX_")]
+    assert keys
+    for key in keys:
+        assert f"| `{key}`" in docs or f"`{key}` /" in docs or f"/ `{key}`" in docs, key
+    outputs = [value for name, value in vars(IC).items() if name.startswith("OUTPUT_")]
+    for output in outputs:
+        assert f"`{output}`" in docs, output
