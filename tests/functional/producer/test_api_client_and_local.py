@@ -152,14 +152,15 @@ def test_produce_via_api_raises_the_apis_refusal(endpoint_url: str, clock: Manua
     # Retry-After: 0, so the CLI's client retries without waiting.
     env = stream_env(endpoint_url)
     for failing_api in serve(env, clock, FailsKey, settings={"retry_after_s": 0}):
-        result = CliRunner().invoke(
-            cli,
-            ["--state-file", "/nonexistent/local.json", "produce", "--via", "api", "--api-url",
-             failing_api.url, "--key", "bad", "--data", "x"],
-        )  # fmt: skip
-        # A ShardlogError: `shardlog` (main) prints it and exits 2.
-        assert isinstance(result.exception, ApiError) and result.exception.status == 429
+        args = ["--state-file", "/nonexistent/local.json", "produce", "--via", "api",
+                "--api-url", failing_api.url, "--key", "bad", "--data", "x"]  # fmt: skip
+        debugged = CliRunner().invoke(cli, ["--debug", *args])
+        assert isinstance(debugged.exception, ApiError) and debugged.exception.status == 429
         assert failing_api.server.requests == 3  # the client's attempts
+        # A ShardlogError: without --debug the CLI prints it as one line and exits 2.
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip().splitlines() == [f"error: {debugged.exception}"]
     assert read_stream(env) == []
 
 
