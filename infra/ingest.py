@@ -59,8 +59,9 @@ SHARD_SYNC_CONSUMERS_ACTIONS = ["dynamodb:GetItem"]
 # alarms fire) instead of being skipped. It is given up only at MaximumRecordAgeInSeconds
 # (StackSettings.max_record_age_s, below the stream's retention): Lambda then sends the shard
 # and sequence range to the failure queue, whose depth alarm makes that loss loud while the
-# records can still be replayed from the stream. A record the stream trims while the mapping
-# still retries it would be lost without a trace, hence never -1 for the age.
+# records can still be replayed from the stream. With -1 for the age, Lambda discards nothing
+# and the stream's retention decides: the on-failure destination is for records Lambda
+# discards, so a record trimmed while still retried comes with no such report. Hence an age.
 UNLIMITED = -1
 
 

@@ -135,7 +135,8 @@ class StackSettings:
         """How old a record may get before the event source mapping gives up on it.
 
         Below the stream's retention, so a record is never trimmed from the stream while
-        ingest still retries it (silently: Lambda reports nothing for a trimmed record).
+        ingest still retries it (the failure queue gets the records Lambda discards, not
+        those the stream trims).
         Given up instead, its shard and sequence range land in the failure queue (alarmed),
         with the rest of the retention left to replay it from the stream.
         """
