@@ -3,14 +3,20 @@
 
 from __future__ import annotations
 
+import sys
+
 from aws_cdk import App
 
+from infra.settings import SettingsError
 from infra.stack import build_app
 
 
 def main() -> None:
     app = App()
-    build_app(app)
+    try:
+        build_app(app)
+    except SettingsError as exc:  # a context value to fix: say which, without a traceback
+        sys.exit(f"shardlog: {exc}")
     app.synth()
 
 

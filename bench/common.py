@@ -6,17 +6,16 @@ importable when the script runs as ``python bench/<name>.py``.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from shardlog.local.quiet import quiet_powertools
+
 # Handlers run in this process: no EMF lines on stdout, no X-Ray, warnings only.
-os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+quiet_powertools()
 
 
 @dataclass

@@ -20,16 +20,28 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct, Node
 
 from infra import constants as IC
 from infra.assets import REPO_ROOT, lambda_code
-from infra.functions import FunctionSpec, ShardlogFunction
+from infra.functions import (
+    FunctionSpec,
+    QueueDestination,
+    ShardlogFunction,
+    encrypted_log_group,
+)
 from infra.nag import acknowledge_job_run_grant
-from infra.settings import SettingsError, StackSettings
-from infra.settings import _int as context_int
-from infra.storage import Storage
+from infra.settings import (
+    AnalyticsRateMinutes,
+    CompactionRateMinutes,
+    SettingsError,
+    StackSettings,
+    context_setting,
+)
+from infra.storage import Storage, failure_queue, name_in_key_policy
 from shardlog import constants as C
+from shardlog import settings as S
 from shardlog.spark.jobs import ANALYTICS, COMPACT
 
 SPARK_JOBS_DIR = REPO_ROOT / "spark_jobs"
@@ -41,10 +53,16 @@ JOB_SCRIPT_EXCLUDES = ["**/__pycache__/**", "**/*.pyc", "tests/**", "**/.ipynb_c
 OUTPUT_OBJECT_ACTIONS = ["s3:GetObject", "s3:PutObject"]
 # Partitions: list them and read nextSequenceNumber (what is committed; a table of one item
 # per shard, so a Scan). Consumers: the compaction watermark is a consumer-group item advanced
-# with a conditional UpdateItem; analytics reads the group's items with a Query.
+# with a conditional UpdateItem; analytics reads the group's items with a Query. Both touch
+# only the $compaction items (Storage.grant_consumer_items): never a lease of ingest or of a
+# consumer group.
 JOB_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
 JOB_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"]
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
+JOB_KEY_SERVICES = ["s3", "dynamodb"]
+# Sending to the KMS-encrypted dead-letter queue (SQS makes a data key with the sender's rights).
+DLQ_SEND_ACTIONS = ["sqs:SendMessage"]
+DLQ_KMS_ACTIONS = ["kms:Decrypt", "kms:GenerateDataKey"]
 SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
 # EventBridge Scheduler puts the invocation's schedule time here (a context attribute).
 SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
@@ -73,18 +91,24 @@ class AnalyticsSettings:
         if not str(archive).endswith((".tar.gz", ".tgz", ".zip")):
             raise SettingsError(f"context {IC.CTX_SPARK_ARCHIVE}={archive!r} is not an archive")
         return cls(
-            compaction_rate_minutes=context_int(
-                node, IC.CTX_COMPACTION_RATE_MINUTES, IC.DEFAULT_COMPACTION_RATE_MINUTES, 5, 1440
+            compaction_rate_minutes=context_setting(
+                node,
+                IC.CTX_COMPACTION_RATE_MINUTES,
+                CompactionRateMinutes,
+                IC.DEFAULT_COMPACTION_RATE_MINUTES,
             ),
-            analytics_rate_minutes=context_int(
-                node, IC.CTX_ANALYTICS_RATE_MINUTES, IC.DEFAULT_ANALYTICS_RATE_MINUTES, 5, 10080
+            analytics_rate_minutes=context_setting(
+                node,
+                IC.CTX_ANALYTICS_RATE_MINUTES,
+                AnalyticsRateMinutes,
+                IC.DEFAULT_ANALYTICS_RATE_MINUTES,
             ),
-            compaction_max_records=context_int(
+            # The trigger validates it with the same schema at cold start.
+            compaction_max_records=context_setting(
                 node,
                 IC.CTX_COMPACTION_MAX_RECORDS,
+                S.CompactionMaxRecords,
                 C.DEFAULT_COMPACTION_MAX_RECORDS,
-                1_000,
-                1_000_000_000,
             ),
             spark_archive=REPO_ROOT / str(archive),  # an absolute path stays itself
         )
@@ -114,12 +138,18 @@ class Analytics(Construct):
             removal_policy=RemovalPolicy.RETAIN,
         )
         self.artifacts_bucket = self._artifacts_bucket()
+        # aws-cdk-lib's BucketDeployment handlers log here: encrypted and kept, like ours.
+        self.deployment_logs = encrypted_log_group(
+            self, "DeploymentLogs", self.stack_settings.log_retention_days
+        )
         self.application = self._application()
         self.execution_role = self._execution_role()
         self.job_scripts = self._deploy_job_scripts()
         self.deps_archive = self._deploy_deps_archive()
+        self.dead_letter_queue = self._dead_letter_queue()
         self.trigger = self._trigger_function(code or lambda_code())
         self.grant_start_job_run(self.trigger.role)
+        self.schedule_group = self._schedule_group()
         self.scheduler_role, self.schedules = self._schedules()
 
     @property
@@ -224,13 +254,18 @@ class Analytics(Construct):
 
     def _execution_role(self) -> iam.Role:
         storage = self.storage
+        app_arn = self.application_arn
         role = iam.Role(
             self,
             "ExecutionRole",
             description="shardlog Spark jobs on EMR Serverless",
+            # Only job runs of this application, in this account (confused deputy).
             assumed_by=iam.ServicePrincipal(
                 EMR_SERVICE_PRINCIPAL,
-                conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {"aws:SourceArn": [app_arn, f"{app_arn}/*"]},
+                },
             ),
         )
         bucket = storage.bucket
@@ -266,15 +301,17 @@ class Analytics(Construct):
                 actions=JOB_PARTITIONS_ACTIONS, resources=[storage.partitions_table.table_arn]
             ),
             iam.PolicyStatement(
-                actions=JOB_CONSUMERS_ACTIONS, resources=[storage.consumers_table.table_arn]
-            ),
-            iam.PolicyStatement(
                 actions=KMS_DATA_ACTIONS,
                 resources=[storage.key.key_arn, self.artifacts_key.key_arn],
             ),
         ]
         for statement in statements:
             role.add_to_policy(statement)
+        storage.grant_consumer_items(role, JOB_CONSUMERS_ACTIONS, C.COMPACTION_GROUP)
+        # The data key's policy names the role. The artifacts key's cannot: the role trusts
+        # the application, whose log configuration names that key (a cycle); the role's
+        # identity policy above is its grant there.
+        name_in_key_policy(storage.key, role, KMS_DATA_ACTIONS, JOB_KEY_SERVICES)
         return role
 
     def _deploy_job_scripts(self) -> s3deploy.BucketDeployment | None:
@@ -291,6 +328,7 @@ class Analytics(Construct):
             # Removed scripts disappear from S3 too, so no run can pick up a stale job.
             prune=True,
             retain_on_delete=False,
+            log_group=self.deployment_logs,
         )
 
     def _deploy_deps_archive(self) -> s3deploy.BucketDeployment | None:
@@ -313,10 +351,27 @@ class Analytics(Construct):
             destination_key_prefix=IC.SPARK_DEPS_PREFIX,
             prune=True,
             retain_on_delete=False,
+            log_group=self.deployment_logs,
             # ~90 MB of wheels: room to unzip and copy it.
             memory_limit=1024,
             ephemeral_storage_size=Size.gibibytes(2),
         )
+
+    def _dead_letter_queue(self) -> sqs.Queue:
+        """Where a Spark start that failed for good ends: a schedule that could not invoke
+        the trigger, or a trigger invocation that failed after Lambda's retries."""
+        return failure_queue(self, "DeadLetterQueue", self.artifacts_key)
+
+    def _grant_dead_letters(self, role: iam.IRole) -> None:
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=DLQ_SEND_ACTIONS, resources=[self.dead_letter_queue.queue_arn]
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=DLQ_KMS_ACTIONS, resources=[self.artifacts_key.key_arn])
+        )
+        name_in_key_policy(self.artifacts_key, role, DLQ_KMS_ACTIONS, ["sqs"])
 
     def _trigger_function(self, code: lambda_.Code) -> ShardlogFunction:
         storage = self.storage
@@ -335,22 +390,43 @@ class Analytics(Construct):
                 C.ENV_COMPACTION_MAX_RECORDS: str(self.settings.compaction_max_records),
             },
         )
-        return ShardlogFunction(
+        fn = ShardlogFunction(
             self,
             "SparkTrigger",
             spec=spec,
             code=code,
             log_retention_days=self.stack_settings.log_retention_days,
         )
+        # EventBridge Scheduler invokes Lambda asynchronously: a failing trigger is retried by
+        # Lambda, not the scheduler, then dead-lettered here (and its Errors are alarmed).
+        fn.function.configure_async_invoke(
+            retry_attempts=IC.SPARK_TRIGGER_ASYNC_RETRIES,
+            max_event_age=Duration.seconds(IC.SPARK_TRIGGER_MAX_EVENT_AGE_S),
+            on_failure=QueueDestination(self.dead_letter_queue),
+        )
+        self._grant_dead_letters(fn.role)
+        return fn
+
+    def _schedule_group(self) -> scheduler.CfnScheduleGroup:
+        """The schedules' own group: the scheduler role trusts only schedules of it."""
+        stack_name = Stack.of(self).stack_name
+        name = f"{stack_name[: 64 - len(IC.SCHEDULE_GROUP_SUFFIX)]}{IC.SCHEDULE_GROUP_SUFFIX}"
+        return scheduler.CfnScheduleGroup(self, "ScheduleGroup", name=name)
 
     def _schedules(self) -> tuple[iam.Role, dict[str, scheduler.CfnSchedule]]:
+        group = self.schedule_group
         role = iam.Role(
             self,
             "SchedulerRole",
             description="shardlog: EventBridge Scheduler invokes the Spark trigger",
+            # Only schedules of shardlog's group, in this account (confused deputy); Scheduler
+            # names the schedule group, never a schedule, as the source.
             assumed_by=iam.ServicePrincipal(
                 SCHEDULER_PRINCIPAL,
-                conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnEquals": {"aws:SourceArn": group.attr_arn},
+                },
             ),
         )
         role.add_to_policy(
@@ -358,6 +434,7 @@ class Analytics(Construct):
                 actions=["lambda:InvokeFunction"], resources=[self.trigger.function.function_arn]
             )
         )
+        self._grant_dead_letters(role)
         rates = {
             COMPACT: self.settings.compaction_rate_minutes,
             ANALYTICS: self.settings.analytics_rate_minutes,
@@ -366,6 +443,7 @@ class Analytics(Construct):
             job: scheduler.CfnSchedule(
                 self,
                 f"{job.title()}Schedule",
+                group_name=group.ref,  # Ref: the group's name, and a dependency on it
                 description=f"shardlog: start the Spark {job} job",
                 schedule_expression=rate_expression(minutes),
                 flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
@@ -377,6 +455,11 @@ class Analytics(Construct):
                     retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
                         maximum_event_age_in_seconds=60 * minutes,
                         maximum_retry_attempts=10,
+                    ),
+                    # An invocation the scheduler could not make (throttled, denied) after
+                    # its retries: kept, and alarmed through the queue's depth.
+                    dead_letter_config=scheduler.CfnSchedule.DeadLetterConfigProperty(
+                        arn=self.dead_letter_queue.queue_arn
                     ),
                 ),
             )

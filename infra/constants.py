@@ -26,17 +26,30 @@ CTX_API_RATE_LIMIT: Final = "shardlog:apiRateLimit"
 CTX_API_BURST_LIMIT: Final = "shardlog:apiBurstLimit"
 CTX_LOG_RETENTION_DAYS: Final = "shardlog:logRetentionDays"
 CTX_ALARM_EMAIL: Final = "shardlog:alarmEmail"
+# Synth refuses a stack whose alarms reach no one, unless this says so on purpose.
+CTX_NO_ALARM_SUBSCRIBER: Final = "shardlog:noAlarmSubscriber"
+CTX_INGEST_RESERVED_CONCURRENCY: Final = "shardlog:ingestReservedConcurrency"
+# The one role exempt from the log bucket's write-once denies (docs/DEPLOY.md, break glass).
+CTX_BREAK_GLASS_ROLE_ARN: Final = "shardlog:breakGlassRoleArn"
+# Who may call the producer API (IAM role or user ARNs); default: principals of this account.
+CTX_PRODUCER_PRINCIPAL_ARNS: Final = "shardlog:producerPrincipalArns"
+# Consumer groups to create an IAM managed policy for (their own items of the consumers table).
+CTX_CONSUMER_GROUPS: Final = "shardlog:consumerGroups"
 CTX_ITERATOR_AGE_ALARM_MINUTES: Final = "shardlog:iteratorAgeAlarmMinutes"
 CTX_STACK_NAME: Final = "shardlog:stackName"
 
 DEFAULT_STACK_NAME: Final = "Shardlog"
 DEFAULT_SHARD_COUNT: Final = 1
-DEFAULT_RETENTION_HOURS: Final = 24
+# A week: a stalled ingest has days, not hours, before records are given up (cost: Kinesis
+# extended retention, per shard-hour).
+DEFAULT_RETENTION_HOURS: Final = 168
 DEFAULT_SHARD_SYNC_RATE_MINUTES: Final = 5
 DEFAULT_API_RATE_LIMIT: Final = 100  # requests/s per stage
 DEFAULT_API_BURST_LIMIT: Final = 200
 DEFAULT_LOG_RETENTION_DAYS: Final = 30
 DEFAULT_ITERATOR_AGE_ALARM_MINUTES: Final = 15
+# On-demand streams start with 4 shards and split as traffic grows.
+DEFAULT_ON_DEMAND_RESERVED_CONCURRENCY: Final = 20
 
 # --- stable CfnOutput names (scripts and the CLI read these; never rename) ----------------
 OUTPUT_STREAM_NAME: Final = "StreamName"
@@ -52,6 +65,8 @@ OUTPUT_EMR_EXECUTION_ROLE_ARN: Final = "EmrExecutionRoleArn"
 OUTPUT_JOB_SCRIPTS_URI: Final = "SparkJobScriptsUri"
 OUTPUT_ALARM_TOPIC_ARN: Final = "AlarmTopicArn"
 OUTPUT_DASHBOARD_NAME: Final = "DashboardName"
+OUTPUT_SPARK_DLQ_URL: Final = "SparkDeadLetterQueueUrl"
+OUTPUT_CONSUMER_GROUP_POLICIES: Final = "ConsumerGroupPolicyArns"  # only with consumer groups
 
 # --- Lambda --------------------------------------------------------------------------------
 # Handler entry points, dotted from the asset root (the asset holds shardlog/ and lambdas/).
@@ -77,12 +92,32 @@ INGEST_MEMORY_MB: Final = 1024  # a segment is buffered in memory (DEFAULT_SEGME
 SHARD_SYNC_TIMEOUT_S: Final = 60
 PRODUCER_TIMEOUT_S: Final = 10
 
+# --- the event source's give-up age (StackSettings.max_record_age_s) ---------------------------
+# Lambda accepts 60 s to 7 days for MaximumRecordAgeInSeconds (or -1, infinite).
+ESM_MAX_RECORD_AGE_S: Final = 604_800
+# Records are given up at 90% of the stream's retention: the last tenth is the time left to
+# replay them from the stream, using the shard and sequence range in the failure queue.
+RECORD_AGE_PERCENT_OF_RETENTION: Final = 90
+
+# --- producer API ----------------------------------------------------------------------------
+API_NAME_SUFFIX: Final = "producer-api"  # the RestApi's name: <stack name>-producer-api
+# GET /v1/health has its own, lower, method throttle: liveness probes never eat the stage's
+# budget for writes.
+HEALTH_RATE_LIMIT: Final = 10  # requests/s
+HEALTH_BURST_LIMIT: Final = 20
+# Access logs are the API's audit trail: a year, kept when the stack goes.
+API_ACCESS_LOG_RETENTION_DAYS: Final = 365
+
 # --- metrics the handlers publish (Powertools EMF, namespace METRICS_NAMESPACE) ---------------
 # These mirror the literals in lambdas/ingest/handler.py and the consumer's lag metric; they
 # belong in shardlog/constants.py so the handlers and the dashboard share one name.
 METRIC_RECORDS_INGESTED: Final = C.METRIC_RECORDS_INGESTED
 METRIC_BATCH_FAILED: Final = C.METRIC_BATCH_FAILED
 METRIC_LEASE_HELD: Final = C.METRIC_LEASE_HELD
+METRIC_COMMIT_FENCED: Final = C.METRIC_COMMIT_FENCED
+METRIC_LEASE_TOO_SHORT: Final = C.METRIC_LEASE_TOO_SHORT
+# From the producer API's access logs (a metric filter on status 429).
+METRIC_API_THROTTLED: Final = "ApiThrottledRequests"
 METRIC_CONSUMER_LAG_RECORDS: Final = C.METRIC_CONSUMER_LAG_RECORDS
 DIMENSION_SERVICE: Final = "service"  # Powertools adds it to every metric
 DIMENSION_CONSUMER_GROUP: Final = "consumerGroup"
@@ -107,6 +142,11 @@ DEFAULT_ANALYTICS_RATE_MINUTES: Final = 360
 DEFAULT_SPARK_ARCHIVE: Final = "build/spark/spark_jobs_deps.tar.gz"
 SPARK_TRIGGER_HANDLER: Final = "lambdas.spark_trigger.handler.handler"
 SPARK_TRIGGER_TIMEOUT_S: Final = 30
+# The trigger is invoked asynchronously: Lambda retries a failed run this many times, for at
+# most this long, then hands the event to the Spark dead-letter queue.
+SPARK_TRIGGER_ASYNC_RETRIES: Final = 2
+SPARK_TRIGGER_MAX_EVENT_AGE_S: Final = 3600
+SCHEDULE_GROUP_SUFFIX: Final = "-spark"  # the schedule group: <stack name>-spark
 
 # --- S3 prefixes -----------------------------------------------------------------------------
 COMPACTED_PREFIX: Final = C.COMPACTED_PREFIX

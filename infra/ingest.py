@@ -15,7 +15,7 @@ from constructs import Construct
 from infra import constants as IC
 from infra.functions import FunctionSpec, ShardlogFunction
 from infra.settings import StackSettings
-from infra.storage import Storage
+from infra.storage import Storage, failure_queue, name_in_key_policy
 from shardlog import constants as C
 
 # Read actions the event source mapping performs with the function's role (Lambda docs,
@@ -29,11 +29,18 @@ KINESIS_ESM_ACTIONS = [
 ]
 # S3 SSE-KMS and Kinesis/DynamoDB encryption: read needs Decrypt, write needs GenerateDataKey.
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
-# The writer: conditional PutObject of segments and GetObject of a leftover to adopt it.
-INGEST_S3_ACTIONS = ["s3:GetObject", "s3:PutObject"]
+# The services through which each role uses the data key (named in the key policy).
+INGEST_KEY_SERVICES = ["kinesis", "s3", "dynamodb", "sqs"]
+SHARD_SYNC_KEY_SERVICES = ["kinesis", "dynamodb"]
+# The writer: GetObject of a leftover to adopt it, and conditional PutObject of segments:
+# only with If-None-Match (the bucket policy denies the rest to everyone, too).
+INGEST_S3_READ_ACTIONS = ["s3:GetObject"]
+INGEST_S3_CREATE_ACTIONS = ["s3:PutObject"]
+IF_NONE_MATCH_SENT = {"Null": {"s3:if-none-match": "false"}}
 # The commit is a TransactWriteItems of two Update items; IAM checks each item as UpdateItem.
 INGEST_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
-# Lease: PutItem creates the lease item if missing, UpdateItem takes/renews/checkpoints it.
+# Lease: PutItem creates the lease item if missing, UpdateItem takes/renews/checkpoints it;
+# all on the $ingest items only (Storage.grant_consumer_items).
 INGEST_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
 SHARD_SYNC_KINESIS_ACTIONS = [
     "kinesis:GetRecords",
@@ -46,11 +53,15 @@ SHARD_SYNC_PARTITIONS_ACTIONS = [
     "dynamodb:Query",
     "dynamodb:UpdateItem",
 ]
+# The sync reads the ingest checkpoint of a closed shard ($ingest items only).
 SHARD_SYNC_CONSUMERS_ACTIONS = ["dynamodb:GetItem"]
-# -1 = infinite for both: a batch that keeps failing blocks its shard (and the iterator-age
-# alarm fires) instead of being skipped, because a skipped batch is a silent gap in the log.
-# Records are only discarded when they expire from the stream; Lambda then sends their
-# metadata to the failure queue, whose depth alarm makes that loss loud.
+# Infinite retries: a batch that keeps failing blocks its shard (the iterator-age and stall
+# alarms fire) instead of being skipped. It is given up only at MaximumRecordAgeInSeconds
+# (StackSettings.max_record_age_s, below the stream's retention): Lambda then sends the shard
+# and sequence range to the failure queue, whose depth alarm makes that loss loud while the
+# records can still be replayed from the stream. With -1 for the age, Lambda discards nothing
+# and the stream's retention decides: the on-failure destination is for records Lambda
+# discards, so a record trimmed while still retried comes with no such report. Hence an age.
 UNLIMITED = -1
 
 
@@ -95,14 +106,8 @@ class Ingest(Construct):
         return self.ingest.function
 
     def _failure_queue(self) -> sqs.Queue:
-        return sqs.Queue(
-            self,
-            "FailureQueue",
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=self.storage.key,
-            enforce_ssl=True,
-            retention_period=Duration.days(14),  # the SQS maximum: time to investigate
-        )
+        # The shard and sequence ranges of given-up batches: the only record of them.
+        return failure_queue(self, "FailureQueue", self.storage.key)
 
     def _ingest_function(self, code: lambda_.Code) -> ShardlogFunction:
         s = self.settings
@@ -121,6 +126,9 @@ class Ingest(Construct):
                 C.ENV_SEGMENT_MAX_RECORDS: str(s.segment_max_records),
                 C.ENV_SEGMENT_MAX_BYTES: str(s.segment_max_bytes),
             },
+            # One invocation per shard at a time (parallelization factor 1), so this bounds
+            # what ingest can take from the account, and guarantees it that much.
+            reserved_concurrency=s.ingest_concurrency,
         )
         fn = ShardlogFunction(
             self, "IngestFunction", spec=spec, code=code, log_retention_days=s.log_retention_days
@@ -130,16 +138,23 @@ class Ingest(Construct):
 
     def _grant_ingest(self, role: iam.IRole) -> None:
         storage = self.storage
+        events = storage.bucket.arn_for_objects(f"{C.EVENTS_PREFIX}*")
         statements = [
             (KINESIS_ESM_ACTIONS, [storage.stream.stream_arn]),
-            (INGEST_S3_ACTIONS, [storage.bucket.arn_for_objects(f"{C.EVENTS_PREFIX}*")]),
+            (INGEST_S3_READ_ACTIONS, [events]),
             (INGEST_PARTITIONS_ACTIONS, [storage.partitions_table.table_arn]),
-            (INGEST_CONSUMERS_ACTIONS, [storage.consumers_table.table_arn]),
             (["sqs:SendMessage"], [self.failure_queue.queue_arn]),
             (KMS_DATA_ACTIONS, [storage.key.key_arn]),
         ]
         for actions, resources in statements:
             role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=resources))
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=INGEST_S3_CREATE_ACTIONS, resources=[events], conditions=IF_NONE_MATCH_SENT
+            )
+        )
+        storage.grant_consumer_items(role, INGEST_CONSUMERS_ACTIONS, C.INGEST_GROUP)
+        name_in_key_policy(storage.key, role, KMS_DATA_ACTIONS, INGEST_KEY_SERVICES)
 
     def _event_source(self) -> lambda_.EventSourceMapping:
         mapping = lambda_.EventSourceMapping(
@@ -166,7 +181,7 @@ class Ingest(Construct):
         resource = mapping.node.default_child
         assert isinstance(resource, lambda_.CfnEventSourceMapping)
         resource.maximum_retry_attempts = UNLIMITED
-        resource.maximum_record_age_in_seconds = UNLIMITED
+        resource.maximum_record_age_in_seconds = self.settings.max_record_age_s
         # The mapping must not start polling before its role may read the stream.
         policy = self.ingest.role.node.try_find_child("DefaultPolicy")
         if policy is not None:
@@ -195,13 +210,14 @@ class Ingest(Construct):
         statements = [
             (SHARD_SYNC_KINESIS_ACTIONS, [storage.stream.stream_arn]),
             (SHARD_SYNC_PARTITIONS_ACTIONS, [storage.partitions_table.table_arn]),
-            (SHARD_SYNC_CONSUMERS_ACTIONS, [storage.consumers_table.table_arn]),
             (KMS_DATA_ACTIONS, [storage.key.key_arn]),
         ]
         for actions, resources in statements:
             fn.role.add_to_principal_policy(
                 iam.PolicyStatement(actions=actions, resources=resources)
             )
+        storage.grant_consumer_items(fn.role, SHARD_SYNC_CONSUMERS_ACTIONS, C.INGEST_GROUP)
+        name_in_key_policy(storage.key, fn.role, KMS_DATA_ACTIONS, SHARD_SYNC_KEY_SERVICES)
         return fn
 
     def _shard_sync_schedule(self) -> events.Rule:

@@ -1,19 +1,23 @@
 """Monitoring: one dashboard for the whole pipeline and alarms on an encrypted SNS topic.
 
-Alarms fire on what needs a human: ingest failing or falling behind, records expiring
-unprocessed (failure queue), shard sync failing, producer API errors, Kinesis throttling
-producers, and failed Spark runs.
+Alarms fire on what needs a human: ingest failing, stalled or falling behind, records given
+up (failure queue), commits fenced again and again, a lease shorter than an invocation, shard
+sync failing, producer API errors, Kinesis throttling producers, and Spark starts or runs
+failing. Most alarms treat missing data as "nothing failed"; the stall alarm cannot, since a
+stalled event source publishes nothing at all, so it treats missing data as breaching.
 """
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Annotations, Aws, Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra import constants as IC
@@ -26,6 +30,12 @@ from shardlog import constants as C
 
 PERIOD = Duration.minutes(5)
 EMR_NAMESPACE = "AWS/EMRServerless"
+# Three 5-minute periods in a row: longer than any batch takes to commit, so a period whose
+# records commit in the next one never alarms alone.
+STALL_PERIODS = 3
+# Fenced commits happen alone when a zombie invocation loses its lease; in every period of
+# this many in a row, two writers keep overtaking each other.
+FENCED_PERIODS = 3
 
 
 def shardlog_metric(name: str, statistic: str = "Sum") -> cw.Metric:
@@ -36,6 +46,13 @@ def shardlog_metric(name: str, statistic: str = "Sum") -> cw.Metric:
         dimensions_map={IC.DIMENSION_SERVICE: C.POWERTOOLS_SERVICE_NAME},
         statistic=statistic,
         period=PERIOD,
+    )
+
+
+def queue_depth(queue: sqs.IQueue, label: str | None = None) -> cw.Metric:
+    """Messages waiting in a queue of failures (each one is something given up)."""
+    return queue.metric_approximate_number_of_messages_visible(
+        period=PERIOD, statistic="Maximum", label=label
     )
 
 
@@ -59,7 +76,8 @@ class Monitoring(Construct):
         self.analytics = analytics
         self.topic = self._alarm_topic()
         self.alarms: list[cw.Alarm] = []
-        self._alarms()
+        self._ingest_alarms()
+        self._other_alarms()
         self.dashboard = self._dashboard()
 
     # --- alarms -------------------------------------------------------------------------
@@ -71,12 +89,21 @@ class Monitoring(Construct):
             enable_key_rotation=True,
             removal_policy=RemovalPolicy.DESTROY,
         )
-        # CloudWatch publishes to an encrypted topic only if the key lets it make data keys.
+        # CloudWatch publishes to an encrypted topic only if the key lets it make data keys;
+        # only for alarms of this account and region (confused deputy).
         key.add_to_resource_policy(
             iam.PolicyStatement(
                 principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy, "*" means this key
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {
+                        "aws:SourceArn": (
+                            f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"
+                        )
+                    },
+                },
             )
         )
         topic = sns.Topic(
@@ -84,6 +111,12 @@ class Monitoring(Construct):
         )
         if self.settings.alarm_email:
             topic.add_subscription(subs.EmailSubscription(self.settings.alarm_email))
+        else:  # StackSettings allows it only with shardlog:noAlarmSubscriber=true
+            Annotations.of(self).add_warning_v2(
+                "shardlog:noAlarmSubscriber",
+                f"{IC.CTX_NO_ALARM_SUBSCRIBER}=true: alarms reach a topic nobody subscribes to; "
+                f"subscribe to the {IC.OUTPUT_ALARM_TOPIC_ARN} output.",
+            )
         return topic
 
     def add_alarm(
@@ -94,8 +127,12 @@ class Monitoring(Construct):
         threshold: float,
         description: str,
         evaluation_periods: int = 1,
+        treat_missing_data: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING,
     ) -> cw.Alarm:
-        """Alarm at or above threshold, notifying the topic; other domains add theirs here."""
+        """Alarm at or above threshold, notifying the topic; other domains add theirs here.
+
+        By default no data means nothing ran or nothing failed, never an incident by itself.
+        """
         alarm = cw.Alarm(
             self,
             construct_id,
@@ -103,8 +140,7 @@ class Monitoring(Construct):
             threshold=threshold,
             evaluation_periods=evaluation_periods,
             comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            # No data means nothing ran or nothing failed, never an incident by itself.
-            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            treat_missing_data=treat_missing_data,
             alarm_description=description,
         )
         alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
@@ -112,7 +148,7 @@ class Monitoring(Construct):
         self.alarms.append(alarm)
         return alarm
 
-    def _alarms(self) -> None:
+    def _ingest_alarms(self) -> None:
         ingest = self.ingest.function
         self.add_alarm(
             "IngestErrors",
@@ -121,22 +157,61 @@ class Monitoring(Construct):
             description="The ingest Lambda failed batches; they are retried, the shard waits.",
         )
         self.add_alarm(
+            "IngestStalled",
+            self._stall(),
+            threshold=1,
+            evaluation_periods=STALL_PERIODS,
+            # A stalled event source mapping invokes nothing and publishes nothing.
+            treat_missing_data=cw.TreatMissingData.BREACHING,
+            description="Records keep arriving in Kinesis but ingest commits none (or its "
+            "metrics are missing): the event source mapping or the function is stuck.",
+        )
+        self.add_alarm(
             "IngestIteratorAge",
             self._iterator_age(),
             threshold=self.settings.iterator_age_alarm_minutes * 60 * 1000,
             evaluation_periods=2,
-            description="Ingest is falling behind the stream; records expire at the end of "
-            "the stream's retention.",
+            description="Ingest is falling behind the stream.",
+        )
+        self.add_alarm(
+            "IngestRecordsHalfwayToGivenUp",
+            self._iterator_age(),
+            threshold=self.settings.max_record_age_s * 1000 // 2,
+            description="Unprocessed records are half-way to the event source's maximum "
+            "record age: past it they are given up (failure queue) and must be replayed.",
         )
         self.add_alarm(
             "IngestFailureQueueDepth",
-            self.ingest.failure_queue.metric_approximate_number_of_messages_visible(
-                period=PERIOD, statistic="Maximum"
-            ),
+            queue_depth(self.ingest.failure_queue),
             threshold=1,
-            description="Records expired from the stream before ingest committed them: data "
-            "loss. The queue holds their shard and sequence ranges.",
+            description="Records were given up before ingest committed them: the queue holds "
+            "their shard and sequence ranges; replay them while the stream still has them.",
         )
+        self.add_alarm(
+            "IngestCommitsFenced",
+            shardlog_metric(IC.METRIC_COMMIT_FENCED),
+            threshold=1,
+            evaluation_periods=FENCED_PERIODS,
+            description="Ingest commits keep being fenced by another writer (lease lost or "
+            "head moved): two writers overtake each other, e.g. a lease shorter than a batch.",
+        )
+        self.add_alarm(
+            "IngestLeaseTooShort",
+            shardlog_metric(IC.METRIC_LEASE_TOO_SHORT),
+            threshold=1,
+            description="The ingest lease is shorter than an invocation may run: ingest "
+            f"refuses every batch until {C.ENV_LEASE_DURATION_MS} or the timeout is fixed.",
+        )
+        self.add_alarm(
+            "IngestThrottled",
+            ingest.metric_throttles(period=PERIOD, statistic="Sum"),
+            threshold=1,
+            evaluation_periods=3,
+            description="The ingest Lambda is throttled: raise "
+            f"{IC.CTX_INGEST_RESERVED_CONCURRENCY} (one invocation per open shard).",
+        )
+
+    def _other_alarms(self) -> None:
         self.add_alarm(
             "ShardSyncErrors",
             self.ingest.shard_sync.function.metric_errors(period=PERIOD, statistic="Sum"),
@@ -166,8 +241,38 @@ class Monitoring(Construct):
             threshold=1,
             description="An EMR Serverless Spark run failed.",
         )
+        self.add_alarm(
+            "SparkTriggerErrors",
+            self.analytics.trigger.function.metric_errors(period=PERIOD, statistic="Sum"),
+            threshold=1,
+            description="The Spark trigger failed to start a run (Lambda retries it, then "
+            "dead-letters it).",
+        )
+        self.add_alarm(
+            "SparkDeadLetters",
+            queue_depth(self.analytics.dead_letter_queue),
+            threshold=1,
+            description="A scheduled Spark run never started: the dead-letter queue holds the "
+            "schedule's event (job and schedule time) and why.",
+        )
 
     # --- metrics -------------------------------------------------------------------------
+    def _stall(self) -> cw.MathExpression:
+        """1 in a period where Kinesis took records and ingest committed none (or published
+        nothing). Kinesis publishes its stream metrics every minute, zero included, so a
+        period without them is itself a reason to look."""
+        return cw.MathExpression(
+            expression="IF(incoming > 0 AND FILL(ingested, 0) <= 0, 1, 0)",
+            using_metrics={
+                "incoming": self.storage.stream.metric_incoming_records(
+                    period=PERIOD, statistic="Sum"
+                ),
+                "ingested": shardlog_metric(IC.METRIC_RECORDS_INGESTED),
+            },
+            label="stalled (records in, none committed)",
+            period=PERIOD,
+        )
+
     def _iterator_age(self) -> cw.Metric:
         return self.ingest.function.metric(
             "IteratorAge", period=PERIOD, statistic="Maximum", unit=cw.Unit.MILLISECONDS
@@ -191,65 +296,169 @@ class Monitoring(Construct):
         )
         return cw.MathExpression(expression=search, using_metrics={}, label="", period=PERIOD)
 
+    def _functions(self) -> dict[str, lambda_.Function]:
+        return {
+            "ingest": self.ingest.function,
+            "shard sync": self.ingest.shard_sync.function,
+            "producer API": self.producer_api.function,
+            "Spark trigger": self.analytics.trigger.function,
+        }
+
     # --- dashboard -----------------------------------------------------------------------
     def _dashboard(self) -> cw.Dashboard:
-        stream = self.storage.stream
-        ingest = self.ingest
-        api = self.producer_api
-        graph = cw.GraphWidget
         dashboard = cw.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
-        dashboard.add_widgets(
-            graph(
+        for row in (
+            self._throughput_row(),
+            self._lag_row(),
+            self._errors_row(),
+            self._limits_row(),
+            self._api_row(),
+            self._spark_row(),
+        ):
+            dashboard.add_widgets(*row)
+        return dashboard
+
+    def _throughput_row(self) -> list[cw.IWidget]:
+        stream = self.storage.stream
+        return [
+            cw.GraphWidget(
                 title="Records ingested",
                 left=[
                     stream.metric_incoming_records(period=PERIOD, statistic="Sum"),
                     shardlog_metric(IC.METRIC_RECORDS_INGESTED),
                 ],
+                right=[self._stall()],
                 width=12,
             ),
-            graph(
+            cw.GraphWidget(
                 title="Bytes ingested",
                 left=[stream.metric_incoming_bytes(period=PERIOD, statistic="Sum")],
                 width=12,
             ),
-        )
-        dashboard.add_widgets(
-            graph(title="Ingest iterator age (ms)", left=[self._iterator_age()], width=12),
-            graph(title="Consumer lag per group (records)", left=[self._consumer_lag()], width=12),
-        )
-        dashboard.add_widgets(
-            graph(
+        ]
+
+    def _lag_row(self) -> list[cw.IWidget]:
+        give_up_ms = self.settings.max_record_age_s * 1000
+        return [
+            cw.GraphWidget(
+                title="Ingest iterator age (ms)",
+                left=[self._iterator_age()],
+                left_annotations=[
+                    cw.HorizontalAnnotation(value=give_up_ms // 2, label="half-way to given up"),
+                    cw.HorizontalAnnotation(value=give_up_ms, label="records given up"),
+                ],
+                width=12,
+            ),
+            cw.GraphWidget(
+                title="Consumer lag per group (records)", left=[self._consumer_lag()], width=12
+            ),
+        ]
+
+    def _errors_row(self) -> list[cw.IWidget]:
+        return [
+            cw.GraphWidget(
                 title="Errors",
                 left=[
-                    ingest.function.metric_errors(period=PERIOD, statistic="Sum"),
-                    ingest.shard_sync.function.metric_errors(period=PERIOD, statistic="Sum"),
-                    api.function.metric_errors(period=PERIOD, statistic="Sum"),
-                    api.api.metric_server_error(period=PERIOD, statistic="Sum"),
+                    fn.metric_errors(period=PERIOD, statistic="Sum", label=f"{name} errors")
+                    for name, fn in self._functions().items()
+                ]
+                + [
+                    self.producer_api.api.metric_server_error(period=PERIOD, statistic="Sum"),
                     shardlog_metric(IC.METRIC_BATCH_FAILED),
                     shardlog_metric(IC.METRIC_LEASE_HELD),
+                    shardlog_metric(IC.METRIC_LEASE_TOO_SHORT),
                 ],
                 width=12,
             ),
-            graph(
-                title="Failure queue depth (expired records)",
+            cw.GraphWidget(
+                title="Commits fenced (lease lost or head moved)",
+                left=[shardlog_metric(IC.METRIC_COMMIT_FENCED)],
+                right=[queue_depth(self.ingest.failure_queue, "failure queue depth")],
+                width=12,
+            ),
+        ]
+
+    def _limits_row(self) -> list[cw.IWidget]:
+        """Throttles, time against the timeout, DynamoDB throttling."""
+        functions = self._functions()
+        ingest = self.ingest.function
+        timeout_ms = IC.INGEST_TIMEOUT_S * 1000
+        tables = {
+            "partitions": self.storage.partitions_table,
+            "consumers": self.storage.consumers_table,
+        }
+        return [
+            cw.GraphWidget(
+                title="Lambda throttles",
                 left=[
-                    ingest.failure_queue.metric_approximate_number_of_messages_visible(
-                        period=PERIOD, statistic="Maximum"
+                    fn.metric_throttles(period=PERIOD, statistic="Sum", label=f"{name} throttled")
+                    for name, fn in functions.items()
+                ],
+                width=8,
+            ),
+            cw.GraphWidget(
+                title="Ingest duration vs timeout (ms)",
+                left=[ingest.metric_duration(period=PERIOD, statistic="Maximum")],
+                left_annotations=[
+                    cw.HorizontalAnnotation(value=timeout_ms * 0.8, label="80% of timeout"),
+                    cw.HorizontalAnnotation(value=timeout_ms, label="timeout"),
+                ],
+                width=8,
+            ),
+            cw.GraphWidget(
+                title="DynamoDB throttled requests",
+                left=[
+                    table.metric(
+                        metric,
+                        period=PERIOD,
+                        statistic="Sum",
+                        label=f"{name} {metric}",
                     )
+                    for name, table in tables.items()
+                    for metric in ("ReadThrottleEvents", "WriteThrottleEvents")
+                ],
+                width=8,
+            ),
+        ]
+
+    def _api_row(self) -> list[cw.IWidget]:
+        api = self.producer_api.api
+        return [
+            cw.GraphWidget(
+                title="Producer API responses",
+                left=[
+                    api.metric_count(period=PERIOD, statistic="Sum"),
+                    api.metric_client_error(period=PERIOD, statistic="Sum"),
+                    api.metric_server_error(period=PERIOD, statistic="Sum"),
+                    cw.Metric(
+                        namespace=C.METRICS_NAMESPACE,
+                        metric_name=IC.METRIC_API_THROTTLED,
+                        statistic="Sum",
+                        period=PERIOD,
+                        label="429 (throttled)",
+                    ),
                 ],
                 width=12,
             ),
-        )
-        dashboard.add_widgets(
-            graph(
+            cw.GraphWidget(
+                title="Producer API latency (ms)",
+                left=[api.metric_latency(period=PERIOD, statistic="p99")],
+                width=12,
+            ),
+        ]
+
+    def _spark_row(self) -> list[cw.IWidget]:
+        analytics = self.analytics
+        return [
+            cw.GraphWidget(
                 title="Spark runs",
                 left=[
                     self._emr_metric("SuccessJobs", "Maximum"),
                     self._emr_metric("FailedJobs", "Maximum"),
                     self._emr_metric("RunningJobs", "Maximum"),
                 ],
+                right=[queue_depth(analytics.dead_letter_queue, "runs never started (DLQ)")],
                 width=12,
             ),
             cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms), width=12),
-        )
-        return dashboard
+        ]

@@ -97,9 +97,24 @@ def acknowledge(stack: ShardlogStack) -> None:
         ingest.failure_queue,
         "AwsSolutions-SQS3",
         "This queue is the terminal on-failure destination of the Kinesis event source mapping; "
-        "it receives metadata of expired records for a human to act on (alarmed at depth 1). "
+        "it receives metadata of given-up records for a human to act on (alarmed at depth 1). "
         "A dead-letter queue behind it would add nothing.",
     )
+    _suppress(
+        analytics.dead_letter_queue,
+        "AwsSolutions-SQS3",
+        "This queue is itself the dead-letter queue of the Spark schedules and of the Spark "
+        "trigger's asynchronous invocations (alarmed at depth 1); nothing consumes it but a "
+        "human, so a dead-letter queue behind it would add nothing.",
+    )
+    for policy in stack.consumer_groups.policies.values():
+        _suppress(
+            policy,
+            "AwsSolutions-IAM5",
+            "A consumer group reads every committed segment of the log, whose keys it computes "
+            "(events/<partition>/<seq>): GetObject only, scoped to the events/ prefix.",
+            _objects(storage.bucket, C.EVENTS_PREFIX),
+        )
 
     _suppress(
         api.api,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import Aws, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -19,15 +19,18 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra import constants as IC
-from infra.functions import FunctionSpec, ShardlogFunction
+from infra.functions import FunctionSpec, ShardlogFunction, encrypted_log_group
 from infra.settings import StackSettings
-from infra.storage import Storage
+from infra.storage import Storage, name_in_key_policy
 from shardlog import constants as C
 
 STAGE_NAME = "api"
 PRODUCER_KINESIS_ACTIONS = ["kinesis:PutRecord", "kinesis:PutRecords"]
 # Writing to a KMS-encrypted stream needs a data key; reads of it are not the producer's job.
 PRODUCER_KMS_ACTIONS = ["kms:GenerateDataKey"]
+INVOKE = "execute-api:Invoke"
+EVERY_METHOD = "execute-api:/*"  # in an API's resource policy: every stage, method and path
+HEALTH = "health"  # GET /v1/health
 # Base64 grows data by 4/3: the longest `data` string that can decode to one Kinesis record.
 MAX_DATA_BASE64_CHARS = 4 * math.ceil(C.KINESIS_MAX_RECORD_BYTES / 3)
 
@@ -86,6 +89,7 @@ class ProducerApi(Construct):
         self.settings = settings
         self.producer = self._producer_function(code)
         self.access_logs = self._access_logs()
+        self.throttled_filter = self._throttled_requests_metric()
         self.api = self._rest_api()
         self.integration = apigw.LambdaIntegration(self.producer.function)
         self.validator = self.api.add_request_validator(
@@ -119,21 +123,71 @@ class ProducerApi(Construct):
             fn.role.add_to_principal_policy(
                 iam.PolicyStatement(actions=actions, resources=resources)
             )
+        name_in_key_policy(storage.key, fn.role, PRODUCER_KMS_ACTIONS, ["kinesis"])
         return fn
 
     def _access_logs(self) -> logs.LogGroup:
-        group = logs.LogGroup(self, "AccessLogs", removal_policy=RemovalPolicy.DESTROY)
-        resource = group.node.default_child
-        assert isinstance(resource, logs.CfnLogGroup)
-        resource.retention_in_days = self.settings.log_retention_days
-        return group
+        # The API's audit trail: a year, whatever shardlog:logRetentionDays says.
+        return encrypted_log_group(self, "AccessLogs", IC.API_ACCESS_LOG_RETENTION_DAYS)
+
+    def _throttled_requests_metric(self) -> logs.MetricFilter:
+        """API Gateway has no 429 metric of its own (4XXError counts them with the rest)."""
+        return logs.MetricFilter(
+            self,
+            "ThrottledRequests",
+            log_group=self.access_logs,
+            metric_namespace=C.METRICS_NAMESPACE,
+            metric_name=IC.METRIC_API_THROTTLED,
+            # json_with_standard_fields writes the status as a string.
+            filter_pattern=logs.FilterPattern.string_value("$.status", "=", "429"),
+            metric_value="1",
+            default_value=0,
+        )
+
+    @property
+    def api_name(self) -> str:
+        """Unique per stack, so the ApiName dimension of its metrics is too."""
+        return f"{Stack.of(self).stack_name}-{IC.API_NAME_SUFFIX}"
+
+    def _resource_policy(self) -> iam.PolicyDocument:
+        """Who may call the API: the producer principals of shardlog:producerPrincipalArns,
+        else principals of this account. With IAM auth in one account, an identity policy
+        allowing execute-api:Invoke is enough on its own, so the limit is a Deny."""
+        arns = list(self.settings.producer_principal_arns)
+        outsiders: dict[str, dict[str, Any]]
+        if arns:
+            principals: list[iam.IPrincipal] = [iam.ArnPrincipal(a) for a in arns]
+            outsiders = {"ArnNotEquals": {"aws:PrincipalArn": arns}}
+        else:
+            principals = [iam.AccountRootPrincipal()]
+            outsiders = {"StringNotEquals": {"aws:PrincipalAccount": Aws.ACCOUNT_ID}}
+        return iam.PolicyDocument(
+            statements=[
+                iam.PolicyStatement(
+                    sid="AllowProducers",
+                    principals=principals,
+                    actions=[INVOKE],
+                    resources=[EVERY_METHOD],
+                ),
+                iam.PolicyStatement(
+                    sid="DenyEveryoneElse",
+                    effect=iam.Effect.DENY,
+                    principals=[iam.AnyPrincipal()],
+                    actions=[INVOKE],
+                    resources=[EVERY_METHOD],
+                    conditions=outsiders,
+                ),
+            ]
+        )
 
     def _rest_api(self) -> apigw.RestApi:
         s = self.settings
         return apigw.RestApi(
             self,
             "Api",
+            rest_api_name=self.api_name,
             description="shardlog producer API (IAM auth)",
+            policy=self._resource_policy(),
             endpoint_types=[apigw.EndpointType.REGIONAL],
             # Every method requires SigV4; there is no anonymous route.
             default_method_options=apigw.MethodOptions(
@@ -146,6 +200,13 @@ class ProducerApi(Construct):
                 stage_name=STAGE_NAME,
                 throttling_rate_limit=s.api_rate_limit,
                 throttling_burst_limit=s.api_burst_limit,
+                # Liveness probes get their own, lower, limit and never use up the writes'.
+                method_options={
+                    f"/v1/{HEALTH}/GET": apigw.MethodDeploymentOptions(
+                        throttling_rate_limit=IC.HEALTH_RATE_LIMIT,
+                        throttling_burst_limit=IC.HEALTH_BURST_LIMIT,
+                    )
+                },
                 access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
                 access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
                     caller=True,
@@ -177,7 +238,7 @@ class ProducerApi(Construct):
             request_validator=self.validator,
             request_models={"application/json": model},
         )
-        health = self.v1.add_resource("health")
+        health = self.v1.add_resource(HEALTH)
         health.add_method("GET", self.integration, request_validator=self.validator)
 
     def add_route(self, path: str, method: str, **options: Any) -> apigw.Method:

@@ -2,45 +2,91 @@
 
 Context comes from cdk.json, `-c key=value` on the command line (always strings) or the
 App(context=...) of a test; every value is parsed here so a typo fails synth with a clear
-message instead of deploying something unexpected.
+message instead of deploying something unexpected. Settings a handler also reads are
+validated with the handler's own schema (shardlog/settings.py), so the stack never deploys
+a value the handler would refuse at cold start.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from constructs import Node
+from pydantic import Field
 
 from infra import constants as IC
 from shardlog import constants as C
+from shardlog import settings as S
+from shardlog.consumer.settings import validate_group
+from shardlog.exceptions import ValidationError
 
 # The retention periods CloudWatch Logs accepts (PutRetentionPolicy).
 LOG_RETENTION_DAYS: frozenset[int] = frozenset(
     {1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827}
 ) | {2192, 2557, 2922, 3288, 3653}
 
+# --- settings only the stack reads (the handlers' are in shardlog/settings.py) ----------------
+# 500 is the default per-stream shard quota; raise it here along with the quota. 0: on-demand.
+ShardCount = Annotated[int, Field(ge=0, le=500)]
+# Kinesis accepts 24 hours to 365 days of retention.
+RetentionHours = Annotated[int, Field(ge=24, le=8760)]
+ShardSyncRateMinutes = Annotated[int, Field(ge=1, le=1440)]
+ApiRateLimit = Annotated[int, Field(ge=1, le=10_000)]
+ApiBurstLimit = Annotated[int, Field(ge=1, le=5_000)]
+LogRetentionDays = Annotated[int, Field(ge=1, le=3653)]
+IteratorAgeAlarmMinutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
+# Lambda's own cap on a function's reserved concurrency is the account's limit; 1000 is the
+# default account limit.
+ReservedConcurrency = Annotated[int, Field(ge=1, le=1000)]
+CompactionRateMinutes = Annotated[int, Field(ge=5, le=1440)]
+AnalyticsRateMinutes = Annotated[int, Field(ge=5, le=10080)]
+AlarmEmail = Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$", max_length=254)]
+IAM_ARN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:"
+IAM_PATH_AND_NAME = r"/[A-Za-z0-9+=,.@_/-]+$"
+RoleArn = Annotated[str, Field(pattern=IAM_ARN + "role" + IAM_PATH_AND_NAME, max_length=2048)]
+PrincipalArn = Annotated[
+    str, Field(pattern=IAM_ARN + "(role|user)" + IAM_PATH_AND_NAME, max_length=2048)
+]
+
 
 class SettingsError(ValueError):
     """A context value is missing its expected type or range."""
 
 
-def _int(node: Node, key: str, default: int, minimum: int, maximum: int) -> int:
+def parse_context(key: str, setting: Any, raw: Any) -> Any:
+    """``raw`` (from context ``key``) validated as ``setting``, or a SettingsError naming key."""
+    try:
+        return S.parse_setting(setting, raw)
+    except ValueError as exc:
+        raise SettingsError(f"context {key}={raw!r}: {exc}") from None
+
+
+def context_setting(node: Node, key: str, setting: Any, default: Any) -> Any:
+    """The context value at ``key`` validated as ``setting``; ``default`` when unset."""
     raw: Any = node.try_get_context(key)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except (TypeError, ValueError) as exc:
-        raise SettingsError(f"context {key}={raw!r} is not an integer") from exc
-    if not minimum <= value <= maximum:
-        raise SettingsError(f"context {key}={value} is outside [{minimum}, {maximum}]")
-    return value
+    return parse_context(key, setting, raw)
 
 
-def _name(node: Node, key: str) -> str | None:
+def context_list(node: Node, key: str) -> tuple[str, ...]:
+    """A list from cdk.json, or from `-c key=a,b` / `-c 'key=["a","b"]'` on the command line."""
     raw: Any = node.try_get_context(key)
-    return str(raw) if raw not in (None, "") else None
+    if raw is None or raw == "" or raw == []:
+        return ()
+    if isinstance(raw, str):
+        text = raw.strip()
+        raw = json.loads(text) if text.startswith("[") else text.split(",")
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise SettingsError(f"context {key}={raw!r} is not a list of strings")
+    return tuple(item.strip() for item in raw if item.strip())
+
+
+def _name(node: Node, key: str, setting: Any) -> str | None:
+    value: str | None = context_setting(node, key, setting, None)
+    return value
 
 
 @dataclass(frozen=True)
@@ -62,61 +108,149 @@ class StackSettings:
     log_retention_days: int = IC.DEFAULT_LOG_RETENTION_DAYS
     iterator_age_alarm_minutes: int = IC.DEFAULT_ITERATOR_AGE_ALARM_MINUTES
     alarm_email: str | None = None
+    # True only when asked for explicitly: alarms then reach a topic with no subscriber.
+    no_alarm_subscriber: bool = False
+    # None: 2 x the provisioned shards, or IC.DEFAULT_ON_DEMAND_RESERVED_CONCURRENCY.
+    ingest_reserved_concurrency: int | None = None
+    break_glass_role_arn: str | None = None
+    producer_principal_arns: tuple[str, ...] = ()
+    consumer_groups: tuple[str, ...] = ()
 
     @property
     def on_demand(self) -> bool:
         return self.shard_count == 0
 
+    @property
+    def ingest_concurrency(self) -> int:
+        """The ingest function's reserved concurrency: one invocation per open shard at most
+        (parallelization factor 1), with room for the children of a split."""
+        if self.ingest_reserved_concurrency is not None:
+            return self.ingest_reserved_concurrency
+        if self.on_demand:
+            return IC.DEFAULT_ON_DEMAND_RESERVED_CONCURRENCY
+        return 2 * self.shard_count
+
+    @property
+    def max_record_age_s(self) -> int:
+        """How old a record may get before the event source mapping gives up on it.
+
+        Below the stream's retention, so a record is never trimmed from the stream while
+        ingest still retries it (the failure queue gets the records Lambda discards, not
+        those the stream trims).
+        Given up instead, its shard and sequence range land in the failure queue (alarmed),
+        with the rest of the retention left to replay it from the stream.
+        """
+        retention_s = self.retention_hours * 3600
+        age_s = retention_s * IC.RECORD_AGE_PERCENT_OF_RETENTION // 100
+        return min(age_s, IC.ESM_MAX_RECORD_AGE_S)
+
     @classmethod
     def from_context(cls, node: Node) -> StackSettings:
         settings = cls(
-            stream_name=_name(node, IC.CTX_STREAM_NAME),
-            bucket_name=_name(node, IC.CTX_BUCKET_NAME),
-            partitions_table_name=_name(node, IC.CTX_PARTITIONS_TABLE),
-            consumers_table_name=_name(node, IC.CTX_CONSUMERS_TABLE),
-            # 500 is the default per-stream shard quota; raise it here along with the quota.
-            shard_count=_int(node, IC.CTX_SHARD_COUNT, IC.DEFAULT_SHARD_COUNT, 0, 500),
-            # Kinesis accepts 24 hours to 365 days of retention.
-            retention_hours=_int(
-                node, IC.CTX_RETENTION_HOURS, IC.DEFAULT_RETENTION_HOURS, 24, 8760
+            stream_name=_name(node, IC.CTX_STREAM_NAME, S.StreamName),
+            bucket_name=_name(node, IC.CTX_BUCKET_NAME, S.BucketName),
+            partitions_table_name=_name(node, IC.CTX_PARTITIONS_TABLE, S.TableName),
+            consumers_table_name=_name(node, IC.CTX_CONSUMERS_TABLE, S.TableName),
+            shard_count=context_setting(
+                node, IC.CTX_SHARD_COUNT, ShardCount, IC.DEFAULT_SHARD_COUNT
             ),
-            shard_sync_rate_minutes=_int(
-                node, IC.CTX_SHARD_SYNC_RATE_MINUTES, IC.DEFAULT_SHARD_SYNC_RATE_MINUTES, 1, 1440
+            retention_hours=context_setting(
+                node, IC.CTX_RETENTION_HOURS, RetentionHours, IC.DEFAULT_RETENTION_HOURS
             ),
-            lease_duration_ms=_int(
-                node, IC.CTX_LEASE_DURATION_MS, C.DEFAULT_LEASE_DURATION_MS, 2_000, 3_600_000
+            shard_sync_rate_minutes=context_setting(
+                node,
+                IC.CTX_SHARD_SYNC_RATE_MINUTES,
+                ShardSyncRateMinutes,
+                IC.DEFAULT_SHARD_SYNC_RATE_MINUTES,
             ),
-            segment_max_records=_int(
-                node, IC.CTX_SEGMENT_MAX_RECORDS, C.DEFAULT_SEGMENT_MAX_RECORDS, 1, 100_000
+            lease_duration_ms=context_setting(
+                node, IC.CTX_LEASE_DURATION_MS, S.LeaseDurationMs, C.DEFAULT_LEASE_DURATION_MS
             ),
-            segment_max_bytes=_int(
-                node, IC.CTX_SEGMENT_MAX_BYTES, C.DEFAULT_SEGMENT_MAX_BYTES, 1024, 256 * C.MIB
+            segment_max_records=context_setting(
+                node,
+                IC.CTX_SEGMENT_MAX_RECORDS,
+                S.SegmentMaxRecords,
+                C.DEFAULT_SEGMENT_MAX_RECORDS,
             ),
-            api_rate_limit=_int(node, IC.CTX_API_RATE_LIMIT, IC.DEFAULT_API_RATE_LIMIT, 1, 10_000),
-            api_burst_limit=_int(
-                node, IC.CTX_API_BURST_LIMIT, IC.DEFAULT_API_BURST_LIMIT, 1, 5_000
+            segment_max_bytes=context_setting(
+                node, IC.CTX_SEGMENT_MAX_BYTES, S.SegmentMaxBytes, C.DEFAULT_SEGMENT_MAX_BYTES
             ),
-            log_retention_days=_int(
-                node, IC.CTX_LOG_RETENTION_DAYS, IC.DEFAULT_LOG_RETENTION_DAYS, 1, 3653
+            api_rate_limit=context_setting(
+                node, IC.CTX_API_RATE_LIMIT, ApiRateLimit, IC.DEFAULT_API_RATE_LIMIT
             ),
-            iterator_age_alarm_minutes=_int(
+            api_burst_limit=context_setting(
+                node, IC.CTX_API_BURST_LIMIT, ApiBurstLimit, IC.DEFAULT_API_BURST_LIMIT
+            ),
+            log_retention_days=context_setting(
+                node, IC.CTX_LOG_RETENTION_DAYS, LogRetentionDays, IC.DEFAULT_LOG_RETENTION_DAYS
+            ),
+            iterator_age_alarm_minutes=context_setting(
                 node,
                 IC.CTX_ITERATOR_AGE_ALARM_MINUTES,
+                IteratorAgeAlarmMinutes,
                 IC.DEFAULT_ITERATOR_AGE_ALARM_MINUTES,
-                1,
-                7 * 24 * 60,
             ),
-            alarm_email=_name(node, IC.CTX_ALARM_EMAIL),
+            alarm_email=_name(node, IC.CTX_ALARM_EMAIL, AlarmEmail),
+            no_alarm_subscriber=context_setting(node, IC.CTX_NO_ALARM_SUBSCRIBER, bool, False),
+            ingest_reserved_concurrency=context_setting(
+                node, IC.CTX_INGEST_RESERVED_CONCURRENCY, ReservedConcurrency, None
+            ),
+            break_glass_role_arn=_name(node, IC.CTX_BREAK_GLASS_ROLE_ARN, RoleArn),
+            producer_principal_arns=tuple(
+                parse_context(IC.CTX_PRODUCER_PRINCIPAL_ARNS, PrincipalArn, arn)
+                for arn in context_list(node, IC.CTX_PRODUCER_PRINCIPAL_ARNS)
+            ),
+            consumer_groups=_consumer_groups(node),
         )
-        if settings.log_retention_days not in LOG_RETENTION_DAYS:
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """The rules that tie settings together."""
+        if self.log_retention_days not in LOG_RETENTION_DAYS:
             raise SettingsError(
-                f"context {IC.CTX_LOG_RETENTION_DAYS}={settings.log_retention_days} is not one of"
+                f"context {IC.CTX_LOG_RETENTION_DAYS}={self.log_retention_days} is not one of"
                 f" CloudWatch Logs' retention periods {sorted(LOG_RETENTION_DAYS)}"
             )
         # See INGEST_TIMEOUT_S: a live invocation must never outlast the lease it renewed.
-        if settings.lease_duration_ms < 2 * IC.INGEST_TIMEOUT_S * 1000:
+        if self.lease_duration_ms < 2 * IC.INGEST_TIMEOUT_S * 1000:
             raise SettingsError(
-                f"context {IC.CTX_LEASE_DURATION_MS}={settings.lease_duration_ms} must be at least"
+                f"context {IC.CTX_LEASE_DURATION_MS}={self.lease_duration_ms} must be at least"
                 f" twice the ingest timeout ({IC.INGEST_TIMEOUT_S} s)"
             )
-        return settings
+        if self.alarm_email is None and not self.no_alarm_subscriber:
+            raise SettingsError(
+                "no one would hear the alarms: give an address with "
+                f"-c {IC.CTX_ALARM_EMAIL}=ops@example.com, or deploy without a subscriber on "
+                f"purpose with -c {IC.CTX_NO_ALARM_SUBSCRIBER}=true (then subscribe to the "
+                f"{IC.OUTPUT_ALARM_TOPIC_ARN} output yourself)"
+            )
+        if self.alarm_email is not None and self.no_alarm_subscriber:
+            raise SettingsError(
+                f"context {IC.CTX_ALARM_EMAIL} and {IC.CTX_NO_ALARM_SUBSCRIBER}=true contradict "
+                "each other: keep one"
+            )
+        if not self.on_demand and self.ingest_concurrency < self.shard_count:
+            raise SettingsError(
+                f"context {IC.CTX_INGEST_RESERVED_CONCURRENCY}={self.ingest_concurrency} is "
+                f"below {IC.CTX_SHARD_COUNT}={self.shard_count}: some shards would never be "
+                "ingested (one invocation per shard at a time)"
+            )
+        if self.iterator_age_alarm_minutes * 60 >= self.max_record_age_s:
+            raise SettingsError(
+                f"context {IC.CTX_ITERATOR_AGE_ALARM_MINUTES}={self.iterator_age_alarm_minutes}"
+                f" would alarm only after records are given up ({self.max_record_age_s} s, "
+                f"from {IC.CTX_RETENTION_HOURS})"
+            )
+
+
+def _consumer_groups(node: Node) -> tuple[str, ...]:
+    groups = context_list(node, IC.CTX_CONSUMER_GROUPS)
+    for group in groups:
+        try:
+            validate_group(group)
+        except ValidationError as exc:
+            raise SettingsError(f"context {IC.CTX_CONSUMER_GROUPS}: {exc}") from None
+    if len(set(groups)) != len(groups):
+        raise SettingsError(f"context {IC.CTX_CONSUMER_GROUPS} names a group twice: {groups}")
+    return groups

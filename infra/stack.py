@@ -12,6 +12,7 @@ from constructs import Construct
 from infra import constants as IC
 from infra.analytics import SPARK_JOBS_DIR, Analytics
 from infra.assets import lambda_code
+from infra.consumers import ConsumerGroups
 from infra.ingest import Ingest
 from infra.monitoring import Monitoring
 from infra.nag import acknowledge
@@ -49,6 +50,9 @@ class ShardlogStack(Stack):
             code=code,
             settings=self.settings,
         )
+        self.consumer_groups = ConsumerGroups(
+            self, "ConsumerGroups", storage=self.storage, settings=self.settings
+        )
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -77,6 +81,8 @@ class ShardlogStack(Stack):
             IC.OUTPUT_JOB_SCRIPTS_URI: self.analytics.job_script_uri(""),
             IC.OUTPUT_ALARM_TOPIC_ARN: self.monitoring.topic.topic_arn,
             IC.OUTPUT_DASHBOARD_NAME: self.monitoring.dashboard.dashboard_name,
+            IC.OUTPUT_SPARK_DLQ_URL: self.analytics.dead_letter_queue.queue_url,
+            IC.OUTPUT_CONSUMER_GROUP_POLICIES: self.consumer_groups.policy_arns_json(),
         }
         for name, value in outputs.items():
             # The logical id is the output name, so it never changes with the construct tree.

@@ -7,11 +7,17 @@ grants describe who can read shardlog data.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from aws_cdk import Aws, Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra import constants as IC
@@ -29,6 +35,58 @@ NONCURRENT_VERSION_DAYS = 30
 ABORT_MULTIPART_DAYS = 1
 
 
+def own_items(*groups: str) -> dict[str, Any]:
+    """IAM conditions: only the consumers-table items of these consumer groups.
+
+    The table's partition key is the group, and dynamodb:LeadingKeys holds the partition key
+    values a request names (every item of a TransactWriteItems is checked as its own
+    UpdateItem). The key is multivalued, hence ForAllValues; ForAllValues alone also holds
+    when a request names no key at all (a Scan), so Null=false requires one.
+    """
+    return {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": list(groups)},
+        "Null": {"dynamodb:LeadingKeys": "false"},
+    }
+
+
+def failure_queue(scope: Construct, construct_id: str, key: kms.IKey) -> sqs.Queue:
+    """A queue where failures wait for a human: encrypted, TLS only, kept 14 days (the SQS
+    maximum: time to investigate), and kept with the stack gone (it may be the only record)."""
+    return sqs.Queue(
+        scope,
+        construct_id,
+        encryption=sqs.QueueEncryption.KMS,
+        encryption_master_key=key,
+        enforce_ssl=True,
+        retention_period=Duration.days(14),
+        removal_policy=RemovalPolicy.RETAIN,
+    )
+
+
+def name_in_key_policy(
+    key: kms.IKey, role: iam.IRole, actions: Sequence[str], services: Sequence[str]
+) -> None:
+    """Say in the key policy that ``role`` uses ``key`` through ``services`` (s3, kinesis...).
+
+    The key policy's account statement (CDK's default) still delegates to IAM, so the role's
+    identity policy stays the gate; these statements make the key policy say who uses the key,
+    and how, and keep those roles working if the account statement is ever narrowed.
+    """
+    key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid=("UseBy" + re.sub(r"[^A-Za-z0-9]", "", role.node.path))[:128],
+            principals=[iam.ArnPrincipal(role.role_arn)],
+            actions=list(actions),
+            resources=["*"],  # in a key policy, "*" means this key
+            conditions={
+                "StringEquals": {
+                    "kms:ViaService": [f"{svc}.{Aws.REGION}.amazonaws.com" for svc in services]
+                }
+            },
+        )
+    )
+
+
 class Storage(Construct):
     """The durable state of shardlog. Data resources are retained when the stack goes."""
 
@@ -38,6 +96,7 @@ class Storage(Construct):
         self.key = self._data_key()
         self.access_logs_bucket = self._access_logs_bucket()
         self.bucket = self._log_bucket()
+        self._write_once_log()
         self.partitions_table = self._table(
             "PartitionsTable",
             settings.partitions_table_name,
@@ -111,6 +170,67 @@ class Storage(Construct):
             removal_policy=RemovalPolicy.RETAIN,
         )
 
+    def _write_once_log(self) -> None:
+        """The committed log is write-once on AWS, whatever any identity policy allows.
+
+        Overwrites: the writer creates every segment with PutObject If-None-Match: * (S3
+        answers 412 when the key exists). The condition key s3:if-none-match holds that
+        header's value and is absent (Null) when the request has none; s3:ObjectCreationOperation
+        is true for the requests that create an object (PutObject, CopyObject,
+        CompleteMultipartUpload) and false for CreateMultipartUpload and UploadPart, which
+        carry no conditional header (AWS's "enforce conditional writes" recipe). So the deny
+        below refuses any creation under events/ without If-None-Match: a plain PUT over a
+        segment, an If-Match overwrite, a copy onto one. Deletes: no one deletes a segment
+        (a versioned bucket would keep it, but a DeleteObjectVersion would not).
+
+        Object Lock (governance mode) was considered and left off: it is bucket-wide (the
+        compaction's deterministic rewrites under compacted/ would pile up locked versions),
+        cannot be turned off once on, and governance retention is bypassed by anyone granted
+        s3:BypassGovernanceRetention, so it adds little over these denies for a log that
+        may need a reviewed erasure one day. The break-glass role (shardlog:breakGlassRoleArn,
+        docs/DEPLOY.md) is the one principal the denies exempt.
+        """
+        events = self.bucket.arn_for_objects(f"{C.EVENTS_PREFIX}*")
+        exempt: dict[str, Any] = {}
+        if self.settings.break_glass_role_arn:
+            exempt = {"ArnNotEquals": {"aws:PrincipalArn": self.settings.break_glass_role_arn}}
+        self.bucket.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="DenySegmentWritesWithoutIfNoneMatch",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["s3:PutObject"],
+                resources=[events],
+                conditions={
+                    "Null": {"s3:if-none-match": "true"},
+                    "Bool": {"s3:ObjectCreationOperation": "true"},
+                    **exempt,
+                },
+            )
+        )
+        self.bucket.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="DenySegmentDeletes",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["s3:DeleteObject*"],
+                resources=[events],
+                conditions=exempt or None,
+            )
+        )
+
+    def grant_consumer_items(
+        self, grantee: iam.IGrantable, actions: Sequence[str], *groups: str
+    ) -> None:
+        """``actions`` on the consumers table, limited to the items of ``groups``."""
+        grantee.grant_principal.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=list(actions),
+                resources=[self.consumers_table.table_arn],
+                conditions=own_items(*groups),
+            )
+        )
+
     def _table(
         self,
         construct_id: str,
@@ -144,6 +264,8 @@ class Storage(Construct):
             stream_name=self.settings.stream_name,
             stream_mode=mode,
             shard_count=None if on_demand else self.settings.shard_count,
+            # A week by default: time for a stalled ingest to be noticed and fixed before the
+            # event source gives records up (StackSettings.max_record_age_s).
             retention_period=Duration.hours(self.settings.retention_hours),
             encryption=kinesis.StreamEncryption.KMS,
             encryption_key=self.key,

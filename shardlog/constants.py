@@ -19,6 +19,7 @@ ENV_SEGMENT_MAX_RECORDS: Final = "SHARDLOG_SEGMENT_MAX_RECORDS"
 ENV_SEGMENT_MAX_BYTES: Final = "SHARDLOG_SEGMENT_MAX_BYTES"
 ENV_ENDPOINT_URL: Final = "AWS_ENDPOINT_URL"  # the standard AWS SDK variable
 ENV_REGION: Final = "AWS_REGION"
+ENV_DEBUG: Final = "SHARDLOG_DEBUG"  # the CLI shows tracebacks (as --debug does)
 
 # --- default resource names (the stack and the local runtime use these) ----
 DEFAULT_STREAM_NAME: Final = "shardlog-events"
@@ -29,6 +30,12 @@ DEFAULT_REGION: Final = "us-east-1"
 LOCAL_STATE_FILE: Final = ".shardlog/local.json"
 
 # --- Powertools --------------------------------------------------------------
+# Powertools' own variables (the stack sets the first two; the local runtime the others).
+ENV_POWERTOOLS_SERVICE_NAME: Final = "POWERTOOLS_SERVICE_NAME"
+ENV_POWERTOOLS_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
+ENV_POWERTOOLS_METRICS_DISABLED: Final = "POWERTOOLS_METRICS_DISABLED"
+ENV_POWERTOOLS_TRACE_DISABLED: Final = "POWERTOOLS_TRACE_DISABLED"
+ENV_POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
 POWERTOOLS_SERVICE_NAME: Final = "shardlog"
 METRICS_NAMESPACE: Final = "Shardlog"
 # Metric names the handlers publish and the dashboard and alarms read.
@@ -38,9 +45,16 @@ METRIC_SEGMENTS_WRITTEN: Final = "SegmentsWritten"
 METRIC_SEGMENTS_ADOPTED: Final = "SegmentsAdopted"
 METRIC_BATCH_FAILED: Final = "BatchFailed"
 METRIC_LEASE_HELD: Final = "LeaseHeld"
+# A commit fenced by another writer (LeaseLostError, CommitConflictError): apart from
+# BatchFailed, which counts every other failure.
+METRIC_COMMIT_FENCED: Final = "CommitFenced"
+# The ingest lease is shorter than what an invocation may still run (a misconfiguration).
+METRIC_LEASE_TOO_SHORT: Final = "LeaseShorterThanInvocation"
 METRIC_CONSUMER_LAG_RECORDS: Final = "ConsumerLagRecords"
 METRIC_PARTITIONS_CLOSED: Final = "PartitionsClosed"
 METRIC_PARTITIONS_ENDED: Final = "PartitionsEnded"
+METRIC_SPARK_RUNS_STARTED: Final = "SparkRunsStarted"
+METRIC_SPARK_RUNS_SKIPPED: Final = "SparkRunsSkipped"
 
 # --- S3 log layout -------------------------------------------------------------
 EVENTS_PREFIX: Final = "events/"

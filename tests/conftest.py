@@ -10,6 +10,7 @@ import pytest
 
 from shardlog.clock import ManualClock
 from shardlog.local.embedded import EmbeddedAWS
+from shardlog.local.quiet import quiet_powertools
 from tests.support.aws import AwsEnv, make_env
 
 # Never reach real AWS from a test, whatever the developer's environment holds.
@@ -17,9 +18,7 @@ for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
     os.environ.pop(_name, None)
 os.environ["AWS_ACCESS_KEY_ID"] = "testing"
 os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
-os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+quiet_powertools()
 
 
 @pytest.fixture(scope="session")

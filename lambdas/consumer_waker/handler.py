@@ -10,22 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.consumer_waker.settings import WakerSettings
 from lambdas.entry import Handler, LazyHandler
+from lambdas.observability import instrumented, logger, metrics
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
 from shardlog.lambda_consumer.wake import WakeSender, sweep, wakes_from_changes
 from shardlog.tables import TableNames, Tables
-
-logger = Logger(service=C.POWERTOOLS_SERVICE_NAME)
-metrics = Metrics(namespace=C.METRICS_NAMESPACE, service=C.POWERTOOLS_SERVICE_NAME)
-tracer = Tracer(service=C.POWERTOOLS_SERVICE_NAME)
 
 SWEEP_BUCKET_MS = 60_000  # sweeps within one minute share their deduplication ids
 
@@ -42,11 +38,7 @@ def create_handler(
     tables = Tables(clients, TableNames(settings.partitions_table, settings.consumers_table))
     groups = sorted(settings.queues)
 
-    @metrics.log_metrics
-    @tracer.capture_lambda_handler(capture_response=False)
-    @logger.inject_lambda_context(clear_state=True)
     def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-        metrics.clear_metrics()
         if "Records" in event:
             stream = DynamoDBStreamEvent(event)
             changes = [
@@ -67,7 +59,7 @@ def create_handler(
         logger.info("wakes sent", source=source, wakes=sent)
         return {"source": source, "wakes": sent}
 
-    return handle
+    return instrumented(handle)
 
 
 handler = LazyHandler(create_handler)

@@ -5,19 +5,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, field_validator
 
 from lambdas.settings import settings_from_env
 from shardlog import constants as C
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ValidationError
+from shardlog.settings import TableName
 
 
 class WakerSettings(BaseModel, frozen=True):
     # group -> wake queue URL (a JSON object in SHARDLOG_LAMBDA_CONSUMERS)
     queues: dict[str, str]
-    partitions_table: str = Field(min_length=3, max_length=255)
-    consumers_table: str = Field(min_length=3, max_length=255)
+    partitions_table: TableName
+    consumers_table: TableName
 
     @field_validator("queues", mode="before")
     @classmethod

@@ -11,23 +11,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import KinesisStreamEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.entry import Handler, LazyHandler
 from lambdas.ingest.settings import IngestSettings
+from lambdas.observability import instrumented, logger, metrics
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock
-from shardlog.exceptions import LeaseHeldError
+from shardlog.exceptions import (
+    CommitConflictError,
+    ConfigurationError,
+    LeaseHeldError,
+    LeaseLostError,
+)
 from shardlog.format import IncomingRecord
 from shardlog.writer import LogWriter
-
-logger = Logger(service=C.POWERTOOLS_SERVICE_NAME)
-metrics = Metrics(namespace=C.METRICS_NAMESPACE, service=C.POWERTOOLS_SERVICE_NAME)
-tracer = Tracer(service=C.POWERTOOLS_SERVICE_NAME)
 
 
 def to_incoming(event: KinesisStreamEvent) -> tuple[str, list[IncomingRecord]]:
@@ -48,23 +49,35 @@ def to_incoming(event: KinesisStreamEvent) -> tuple[str, list[IncomingRecord]]:
     return shard_id, incoming
 
 
+def check_lease_outlasts_invocation(lease_duration_ms: int, context: LambdaContext) -> None:
+    """Refuse to write when this invocation may outlive the lease it is about to take.
+
+    The stack keeps the lease at least twice the function timeout, but the timeout or the
+    variable can be changed outside it (the console, another template). A lease that expires
+    mid-batch is safe (every commit is fenced) yet never makes progress: another invocation
+    takes the lease, fences this one, and the shard stalls retrying. Fail loudly instead.
+    """
+    remaining_ms = context.get_remaining_time_in_millis()
+    if lease_duration_ms < remaining_ms:
+        metrics.add_metric(C.METRIC_LEASE_TOO_SHORT, MetricUnit.Count, 1)
+        raise ConfigurationError(
+            f"{C.ENV_LEASE_DURATION_MS}={lease_duration_ms} is shorter than this invocation "
+            f"may still run ({remaining_ms} ms): set it to at least twice the function "
+            "timeout (the stack does: shardlog:leaseDurationMs), or lower the timeout"
+        )
+
+
 def create_handler(
     settings: IngestSettings | None = None,
     clients: Clients | None = None,
     clock: Clock | None = None,
 ) -> Handler:
     """Build the handler; the local runtime and tests inject settings, clients and clock."""
-    writer = LogWriter(
-        clients or Clients(), (settings or IngestSettings.from_env()).writer_settings(), clock=clock
-    )
+    settings = settings or IngestSettings.from_env()
+    writer = LogWriter(clients or Clients(), settings.writer_settings(), clock=clock)
 
-    @metrics.log_metrics
-    @tracer.capture_lambda_handler(capture_response=False)
-    @logger.inject_lambda_context(clear_state=True)
     def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-        # With POWERTOOLS_METRICS_DISABLED (the local runtime) nothing flushes the
-        # metric set, so it would grow across invocations: start each one empty.
-        metrics.clear_metrics()
+        check_lease_outlasts_invocation(settings.lease_duration_ms, context)
         shard_id, records = to_incoming(KinesisStreamEvent(event))
         if not records:
             return {"batchItemFailures": []}
@@ -75,6 +88,13 @@ def create_handler(
         except LeaseHeldError as exc:
             logger.warning("ingest lease held elsewhere; batch will be retried", owner=exc.owner)
             metrics.add_metric(C.METRIC_LEASE_HELD, MetricUnit.Count, 1)
+            raise
+        except (LeaseLostError, CommitConflictError) as exc:
+            # Another writer took the lease or committed first: the fence worked and nothing
+            # of this batch counts. Rare and harmless alone; sustained, it means two writers
+            # keep overtaking each other (a lease shorter than a batch, two mappings).
+            logger.warning("commit fenced; batch will be retried", reason=str(exc))
+            metrics.add_metric(C.METRIC_COMMIT_FENCED, MetricUnit.Count, 1)
             raise
         except Exception:
             logger.exception("batch not committed; it will be retried")
@@ -94,7 +114,7 @@ def create_handler(
         )
         return {"batchItemFailures": []}
 
-    return handle
+    return instrumented(handle)
 
 
 handler = LazyHandler(create_handler)

@@ -4,21 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from lambdas.settings import settings_from_env
 from shardlog import constants as C
+from shardlog.settings import (
+    BucketName,
+    LeaseDurationMs,
+    SegmentMaxBytes,
+    SegmentMaxRecords,
+    TableName,
+)
 from shardlog.tables import TableNames
 from shardlog.writer import WriterSettings
 
 
 class IngestSettings(BaseModel, frozen=True):
-    bucket: str = Field(min_length=3, max_length=63)
-    partitions_table: str = Field(min_length=3, max_length=255)
-    consumers_table: str = Field(min_length=3, max_length=255)
-    lease_duration_ms: int = Field(default=C.DEFAULT_LEASE_DURATION_MS, ge=1_000, le=3_600_000)
-    segment_max_records: int = Field(default=C.DEFAULT_SEGMENT_MAX_RECORDS, ge=1, le=100_000)
-    segment_max_bytes: int = Field(default=C.DEFAULT_SEGMENT_MAX_BYTES, ge=1024, le=256 * C.MIB)
+    bucket: BucketName
+    partitions_table: TableName
+    consumers_table: TableName
+    lease_duration_ms: LeaseDurationMs = C.DEFAULT_LEASE_DURATION_MS
+    segment_max_records: SegmentMaxRecords = C.DEFAULT_SEGMENT_MAX_RECORDS
+    segment_max_bytes: SegmentMaxBytes = C.DEFAULT_SEGMENT_MAX_BYTES
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> IngestSettings:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import SQSEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.entry import Handler, LazyHandler
 from lambdas.lambda_consumer.settings import runner_settings_from_env
+from lambdas.observability import instrumented, logger, metrics
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock
@@ -26,10 +26,6 @@ from shardlog.lambda_consumer.invoke import Invoker, LambdaInvoker
 from shardlog.lambda_consumer.runner import Runner, RunReport
 from shardlog.lambda_consumer.settings import RunnerSettings
 from shardlog.lambda_consumer.wake import Wake, WakeSender
-
-logger = Logger(service=C.POWERTOOLS_SERVICE_NAME)
-metrics = Metrics(namespace=C.METRICS_NAMESPACE, service=C.POWERTOOLS_SERVICE_NAME)
-tracer = Tracer(service=C.POWERTOOLS_SERVICE_NAME)
 
 
 def publish(report: RunReport) -> None:
@@ -58,11 +54,7 @@ def create_handler(
     wakes = WakeSender(clients, {consumer.group: settings.wake_queue_url})
     runner = Runner(clients, settings, invoker, wakes, clock=clock)
 
-    @metrics.log_metrics
-    @tracer.capture_lambda_handler(capture_response=False)
-    @logger.inject_lambda_context(clear_state=True)
     def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-        metrics.clear_metrics()
         failures: list[dict[str, str]] = []
         for record in SQSEvent(event).records:
             if failures:  # FIFO: nothing after a failed wake, so a partition's wakes stay in order
@@ -87,7 +79,7 @@ def create_handler(
             logger.info("run done", **report.as_dict())
         return {"batchItemFailures": failures}
 
-    return handle
+    return instrumented(handle)
 
 
 handler = LazyHandler(create_handler)

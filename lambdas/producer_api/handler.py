@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
@@ -28,6 +27,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.entry import Handler, LazyHandler
+from lambdas.observability import instrumented, logger, metrics
 from lambdas.producer_api import batch, spec
 from lambdas.producer_api.checks import (
     HttpError,
@@ -52,11 +52,6 @@ from shardlog.api_client import HEALTH_PATH, RECORDS_PATH
 from shardlog.aws import Clients
 from shardlog.clock import Clock
 from shardlog.producer import Outcome, Producer, PutResult
-
-logger = Logger(service=C.POWERTOOLS_SERVICE_NAME)
-metrics = Metrics(namespace=C.METRICS_NAMESPACE, service=C.POWERTOOLS_SERVICE_NAME)
-tracer = Tracer(service=C.POWERTOOLS_SERVICE_NAME)
-
 
 METRIC_API_REQUESTS = "ApiRequests"
 METRIC_API_RECORDS_PUT = "ApiRecordsPut"
@@ -204,15 +199,7 @@ def create_handler(
     """Build the handler; the local server and tests inject settings, clients and clock."""
     app = create_app(settings, clients, clock, producer=producer, serve_docs=serve_docs)
 
-    @metrics.log_metrics
-    @tracer.capture_lambda_handler(capture_response=False)
-    @logger.inject_lambda_context(
-        correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True
-    )
     def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-        # Powertools keeps metrics while metrics are disabled (the local server) and prints
-        # them once 100 pile up; with metrics enabled log_metrics has flushed them already.
-        metrics.clear_metrics()
         metrics.add_metric(METRIC_API_REQUESTS, MetricUnit.Count, 1)
         refusal = precheck(event)
         if refusal is not None:
@@ -220,7 +207,7 @@ def create_handler(
             return proxy_response(refusal)
         return app.resolve(with_canonical_media_type(event), context)
 
-    return handle
+    return instrumented(handle, correlation_id_path=correlation_paths.API_GATEWAY_REST)
 
 
 handler = LazyHandler(create_handler)

@@ -6,9 +6,10 @@ Usage: python -m lambdas.producer_api.openapi [--check] [PATH]
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
+
+from shardlog.local.quiet import quiet_powertools
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 
@@ -18,8 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH)
     parser.add_argument("--check", action="store_true", help="Fail if the file is stale.")
     args = parser.parse_args(argv)
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-    os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+    quiet_powertools()
     from lambdas.producer_api.handler import openapi_json
 
     document = openapi_json()

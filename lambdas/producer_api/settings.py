@@ -8,10 +8,11 @@ from pydantic import BaseModel, Field
 
 from lambdas.settings import settings_from_env
 from shardlog import constants as C
+from shardlog.settings import StreamName
 
 
 class ProducerApiSettings(BaseModel, frozen=True):
-    stream_name: str = Field(min_length=1, max_length=128, pattern=r"^[a-zA-Z0-9_.-]+$")
+    stream_name: StreamName
     # Retries of entries Kinesis failed, inside one request (API Gateway waits at most 29 s).
     max_attempts: int = Field(default=5, ge=1, le=20)
     base_backoff_ms: int = Field(default=50, ge=0, le=10_000)

@@ -10,25 +10,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import BaseModel, Field, parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.entry import Handler, LazyHandler
+from lambdas.observability import instrumented, logger, metrics
 from lambdas.spark_trigger.settings import SparkTriggerSettings
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock
 from shardlog.spark.trigger import SparkTrigger
-
-logger = Logger(service=C.POWERTOOLS_SERVICE_NAME)
-metrics = Metrics(namespace=C.METRICS_NAMESPACE, service=C.POWERTOOLS_SERVICE_NAME)
-tracer = Tracer(service=C.POWERTOOLS_SERVICE_NAME)
-
-
-METRIC_SPARK_RUNS_STARTED = "SparkRunsStarted"
-METRIC_SPARK_RUNS_SKIPPED = "SparkRunsSkipped"
 
 
 class ScheduledJob(BaseModel):
@@ -53,24 +45,21 @@ def create_handler(
         clock=clock,
     )
 
-    @metrics.log_metrics
-    @tracer.capture_lambda_handler(capture_response=False)
-    @logger.inject_lambda_context(clear_state=True)
     def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         scheduled = parse(event=event, model=ScheduledJob)
         logger.append_keys(job=scheduled.job, scheduled_time=scheduled.scheduled_time)
         result = trigger.trigger(scheduled.job, scheduled.scheduled_time)
         if result.started:
-            metrics.add_metric(METRIC_SPARK_RUNS_STARTED, MetricUnit.Count, 1)
+            metrics.add_metric(C.METRIC_SPARK_RUNS_STARTED, MetricUnit.Count, 1)
             logger.info("job run started", job_run_id=result.job_run_id)
         else:
-            metrics.add_metric(METRIC_SPARK_RUNS_SKIPPED, MetricUnit.Count, 1)
+            metrics.add_metric(C.METRIC_SPARK_RUNS_SKIPPED, MetricUnit.Count, 1)
             logger.info(
                 "a run of this job is active: nothing started", active=result.active_run_ids
             )
         return result.as_dict()
 
-    return handle
+    return instrumented(handle)
 
 
 handler = LazyHandler(create_handler)

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from lambdas.settings import settings_from_env
 from shardlog import constants as C
+from shardlog.settings import BucketName, CompactionMaxRecords, TableName
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.trigger import SparkTarget
 
@@ -19,13 +20,11 @@ class SparkTriggerSettings(BaseModel, frozen=True):
     # Built by `make spark-archive` and deployed with the stack; without it the jobs would
     # fail on EMR importing shardlog, so a deployment without it fails here, loudly.
     spark_deps_uri: str = Field(pattern=r"^s3://.+\.(tar\.gz|tgz|zip)$")
-    bucket: str = Field(min_length=3, max_length=63)
-    partitions_table: str = Field(min_length=3, max_length=255)
-    consumers_table: str = Field(min_length=3, max_length=255)
+    bucket: BucketName
+    partitions_table: TableName
+    consumers_table: TableName
     region: str = Field(default=C.DEFAULT_REGION, min_length=1)
-    compaction_max_records: int = Field(
-        default=C.DEFAULT_COMPACTION_MAX_RECORDS, ge=1, le=1_000_000_000
-    )
+    compaction_max_records: CompactionMaxRecords = C.DEFAULT_COMPACTION_MAX_RECORDS
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SparkTriggerSettings:

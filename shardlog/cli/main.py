@@ -16,8 +16,9 @@ from botocore.exceptions import ClientError
 
 from shardlog import constants as C
 from shardlog.cli.consume import consume, echo_group_status
+from shardlog.cli.errors import DEBUG_OPTION, ShardlogGroup
 from shardlog.config import ShardlogConfig
-from shardlog.exceptions import ShardlogError, ValidationError
+from shardlog.exceptions import ValidationError
 from shardlog.producer import Outcome, Producer, PutResult, iter_json_records, validate_record
 from shardlog.reader import LogReader
 from shardlog.shardsync import ShardSync
@@ -32,7 +33,7 @@ def _emit(as_json: bool, payload: Any, text: str) -> None:
     click.echo(json.dumps(payload, sort_keys=True) if as_json else text)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ShardlogGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--endpoint-url",
     envvar=C.ENV_ENDPOINT_URL,
@@ -47,6 +48,12 @@ def _emit(as_json: bool, payload: Any, text: str) -> None:
     show_default=True,
     help="The local runtime's state file, read for names and endpoint when present.",
 )
+@click.option(
+    f"--{DEBUG_OPTION}",
+    is_flag=True,
+    envvar=C.ENV_DEBUG,
+    help="On an error, show the Python traceback instead of one line.",
+)
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -55,8 +62,13 @@ def cli(
     stream_name: str | None,
     bucket: str | None,
     state_file: str,
+    debug: bool,
 ) -> None:
-    """shardlog: an exactly-once event log on S3 + DynamoDB, fed by Kinesis."""
+    """shardlog: an exactly-once event log on S3 + DynamoDB, fed by Kinesis.
+
+    Errors print one line saying what is wrong and what to do (exit code 2); --debug shows
+    the traceback.
+    """
     ctx.obj = ShardlogConfig.resolve(
         state_file,
         endpoint_url=endpoint_url,
@@ -394,11 +406,7 @@ def sync(ctx: click.Context, as_json: bool) -> None:
 
 
 def main() -> None:  # pragma: no cover - console entry
-    try:
-        cli(standalone_mode=True)
-    except ShardlogError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    cli(standalone_mode=True)  # errors: shardlog.cli.errors.ShardlogGroup
 
 
 from shardlog.cli.spark import spark as _spark_group  # noqa: E402 - after cli exists

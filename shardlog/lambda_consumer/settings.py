@@ -13,6 +13,7 @@ from shardlog import constants as C
 from shardlog.consumer.positions import StartPosition
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ValidationError
+from shardlog.settings import BucketName, TableName
 
 # An on-failure destination: an SQS queue, an SNS topic or an S3 bucket (Lambda's three).
 DESTINATION_ARN = re.compile(
@@ -131,9 +132,9 @@ class RunnerSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     consumer: LambdaConsumerSettings
-    bucket: str = Field(min_length=3, max_length=63)
-    partitions_table: str = Field(min_length=3, max_length=255)
-    consumers_table: str = Field(min_length=3, max_length=255)
+    bucket: BucketName
+    partitions_table: TableName
+    consumers_table: TableName
     wake_queue_url: str = Field(min_length=1)
     # The event's eventSourceARN: the log's Kinesis stream (records carry log seqs).
     event_source_arn: str = Field(min_length=1)

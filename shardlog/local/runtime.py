@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,16 +15,9 @@ from shardlog.config import ShardlogConfig
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.http_api import LocalApiServer
 from shardlog.local.poller import EventSourcePoller, EventSourceSettings
+from shardlog.local.quiet import quiet_powertools
 from shardlog.shardsync import ShardSync
 from shardlog.tables import Tables
-
-# The handler runs in this process, not a Lambda sandbox: keep Powertools quiet
-# (no EMF lines on stdout, warnings only) unless the user asked otherwise.
-_QUIET_POWERTOOLS = {
-    "POWERTOOLS_METRICS_DISABLED": "true",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_LOG_LEVEL": "WARNING",
-}
 
 
 class LocalRuntime:
@@ -63,8 +55,8 @@ class LocalRuntime:
         self.shard_sync: ShardSync
 
     def start(self) -> LocalRuntime:
-        for name, value in _QUIET_POWERTOOLS.items():
-            os.environ.setdefault(name, value)
+        # The handlers run in this process, not a Lambda sandbox.
+        quiet_powertools()
         endpoint = self.aws.start()
         self.config = replace(self.base_config, endpoint_url=endpoint)
         self.clients = self.config.clients()

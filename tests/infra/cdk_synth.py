@@ -11,6 +11,7 @@ from aws_cdk import App, CfnElement, Stack
 from aws_cdk.assertions import Template
 from constructs import IConstruct
 
+from infra import constants as IC
 from infra.stack import ShardlogStack, build_app
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -18,11 +19,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # annotations instead, so test_cdk_nag.py can list them rather than every test erroring out;
 # tests/infra/test_cdk_cli.py synthesizes with cdk.json as is.
 STRICT_VALIDATION_FLAG = "@aws-cdk/core:annotationsInValidationReport"
+# Synth requires an alarm subscriber (or an explicit opt-out); the tests' stacks have one.
+TEST_ALARM_EMAIL = "alarms@example.com"
 
 
 def cdk_context(**overrides: Any) -> dict[str, Any]:
     context: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
     context[STRICT_VALIDATION_FLAG] = False
+    context[IC.CTX_ALARM_EMAIL] = TEST_ALARM_EMAIL
     context.update(overrides)
     return context
 

@@ -250,36 +250,94 @@ def test_one_schedule_per_job_invokes_the_trigger_with_the_schedule_time(
         assert props["FlexibleTimeWindow"] == {"Mode": "OFF"}
 
 
-def test_scheduler_role_may_only_invoke_the_trigger(with_archive: Synthesized) -> None:
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _grants(synth: Synthesized, role: Any) -> dict[str, list[Any]]:
+    """action -> resources, for one role."""
+    granted: dict[str, list[Any]] = {}
+    for statement in _policy_statements(synth, role):
+        for action in _listed(statement["Action"]):
+            granted.setdefault(action, []).extend(_listed(statement["Resource"]))
+    return granted
+
+
+def _dead_letter_grants(synth: Synthesized) -> dict[str, list[Any]]:
+    analytics = synth.stack.analytics
+    key = {"Fn::GetAtt": [synth.logical_id(analytics.artifacts_key), "Arn"]}
+    return {
+        "sqs:SendMessage": [{"Fn::GetAtt": [synth.logical_id(analytics.dead_letter_queue), "Arn"]}],
+        "kms:Decrypt": [key],
+        "kms:GenerateDataKey": [key],
+    }
+
+
+def test_scheduler_role_may_only_invoke_the_trigger_and_dead_letter(
+    with_archive: Synthesized,
+) -> None:
     analytics = with_archive.stack.analytics
     role = with_archive.resources("AWS::IAM::Role")[
         with_archive.logical_id(analytics.scheduler_role)
     ]["Properties"]
     (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
-    assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
-    (statement,) = _policy_statements(with_archive, analytics.scheduler_role)
-    assert statement["Action"] == "lambda:InvokeFunction"
-    assert statement["Resource"] == {
-        "Fn::GetAtt": [with_archive.logical_id(analytics.trigger.function), "Arn"]
+    # Only schedules of shardlog's own group (Scheduler names the group as the source).
+    assert trust["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+        "ArnEquals": {
+            "aws:SourceArn": {
+                "Fn::GetAtt": [_cfn_id(analytics.schedule_group), "Arn"],
+            }
+        },
     }
+    assert _grants(with_archive, analytics.scheduler_role) == {
+        "lambda:InvokeFunction": [
+            {"Fn::GetAtt": [with_archive.logical_id(analytics.trigger.function), "Arn"]}
+        ],
+        **_dead_letter_grants(with_archive),
+    }
+
+
+def test_schedules_retry_then_dead_letter(with_archive: Synthesized) -> None:
+    analytics = with_archive.stack.analytics
+    queue_arn = {"Fn::GetAtt": [with_archive.logical_id(analytics.dead_letter_queue), "Arn"]}
+    group = {"Ref": _cfn_id(analytics.schedule_group)}
+    schedules = with_archive.resources("AWS::Scheduler::Schedule").values()
+    assert schedules
+    for schedule in schedules:
+        props = schedule["Properties"]
+        assert props["GroupName"] == group
+        assert props["Target"]["DeadLetterConfig"] == {"Arn": queue_arn}
+        assert props["Target"]["RetryPolicy"]["MaximumRetryAttempts"] > 0
+
+
+def test_trigger_failures_are_retried_then_dead_lettered(with_archive: Synthesized) -> None:
+    analytics = with_archive.stack.analytics
+    (config,) = with_archive.resources("AWS::Lambda::EventInvokeConfig").values()
+    props = config["Properties"]
+    assert props["FunctionName"] == {"Ref": with_archive.logical_id(analytics.trigger.function)}
+    assert props["MaximumRetryAttempts"] == IC.SPARK_TRIGGER_ASYNC_RETRIES
+    assert props["DestinationConfig"] == {
+        "OnFailure": {
+            "Destination": {
+                "Fn::GetAtt": [with_archive.logical_id(analytics.dead_letter_queue), "Arn"]
+            }
+        }
+    }
+    queue = with_archive.resources("AWS::SQS::Queue")[
+        with_archive.logical_id(analytics.dead_letter_queue)
+    ]
+    assert queue["Properties"]["KmsMasterKeyId"] == {
+        "Fn::GetAtt": [with_archive.logical_id(analytics.artifacts_key), "Arn"]
+    }
+    assert queue["DeletionPolicy"] == "Retain"
 
 
 def test_trigger_role_starts_runs_of_this_application_only(with_archive: Synthesized) -> None:
     analytics = with_archive.stack.analytics
     app_arn = {"Fn::GetAtt": [_cfn_id(analytics.application), "Arn"]}
-    granted: dict[str, list[Any]] = {}
-    for statement in _policy_statements(with_archive, analytics.trigger.role):
-        actions = (
-            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        )
-        resources = (
-            statement["Resource"]
-            if isinstance(statement["Resource"], list)
-            else [statement["Resource"]]
-        )
-        for action in actions:
-            granted.setdefault(action, []).extend(resources)
+    granted = _grants(with_archive, analytics.trigger.role)
     assert set(granted) == {
         "logs:CreateLogStream",
         "logs:PutLogEvents",
@@ -289,7 +347,13 @@ def test_trigger_role_starts_runs_of_this_application_only(with_archive: Synthes
         "emr-serverless:GetJobRun",
         "emr-serverless:ListJobRuns",
         "iam:PassRole",
+        # its failed invocations go to the dead-letter queue
+        "sqs:SendMessage",
+        "kms:Decrypt",
+        "kms:GenerateDataKey",
     }
+    for action, resources in _dead_letter_grants(with_archive).items():
+        assert granted[action] == resources, action
     assert granted["emr-serverless:ListJobRuns"] == [app_arn]
     assert app_arn in granted["emr-serverless:StartJobRun"]
     assert granted["iam:PassRole"] == [
@@ -303,16 +367,10 @@ def test_execution_role_reads_watermarks_and_heads_and_the_archive(
     storage, analytics = with_archive.stack.storage, with_archive.stack.analytics
     by_resource: dict[str, set[str]] = {}
     for statement in _policy_statements(with_archive, analytics.execution_role):
-        actions = (
-            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        )
-        resources = (
-            statement["Resource"]
-            if isinstance(statement["Resource"], list)
-            else [statement["Resource"]]
-        )
-        for resource in resources:
-            by_resource.setdefault(json.dumps(resource, sort_keys=True), set()).update(actions)
+        for resource in _listed(statement["Resource"]):
+            by_resource.setdefault(json.dumps(resource, sort_keys=True), set()).update(
+                _listed(statement["Action"])
+            )
 
     def arn(construct: Any) -> str:
         return json.dumps({"Fn::GetAtt": [with_archive.logical_id(construct), "Arn"]})
@@ -323,6 +381,13 @@ def test_execution_role_reads_watermarks_and_heads_and_the_archive(
         "dynamodb:Query",
         "dynamodb:UpdateItem",
     }
+    consumers = json.loads(arn(storage.consumers_table))
+    for statement in _policy_statements(with_archive, analytics.execution_role):
+        if statement["Resource"] == consumers:
+            # the compaction watermark only: never an ingest lease or a consumer group's
+            assert statement["Condition"]["ForAllValues:StringEquals"] == {
+                "dynamodb:LeadingKeys": [C.COMPACTION_GROUP]
+            }
     artifacts = {"Fn::GetAtt": [with_archive.logical_id(analytics.artifacts_bucket), "Arn"]}
     deps = json.dumps({"Fn::Join": ["", [artifacts, f"/{IC.SPARK_DEPS_PREFIX}*"]]})
     assert by_resource[deps] == {"s3:GetObject"}

@@ -11,15 +11,16 @@ from typing import Any
 
 import pytest
 
-from tests.infra.cdk_synth import REPO_ROOT, Synthesized
+from infra import constants as IC
+from tests.infra.cdk_synth import REPO_ROOT, TEST_ALARM_EMAIL, Synthesized
 
 CDK_BIN = REPO_ROOT / "node_modules" / ".bin" / "cdk"
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
 SYNTH_TIMEOUT_S = 240
 
 
-@pytest.fixture(scope="module")
-def cli_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _cdk_synth(outdir: Path, *context: str) -> subprocess.CompletedProcess[str]:
+    """`npx cdk synth` as a user runs it, with these `--context key=value` pairs."""
     if not CDK_BIN.exists():
         message = "the pinned CDK CLI is not installed: run `make cdk-cli` (npm ci)"
         if os.environ.get("CI", "").lower() == "true":
@@ -27,7 +28,6 @@ def cli_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(message)
     if shutil.which("npx") is None:
         pytest.fail("npx (Node.js) is required to run the CDK CLI")
-    outdir = tmp_path_factory.mktemp("cli.cdk.out")
     env = {
         **os.environ,
         # cdk.json runs `python3 app.py`: it must be the project's interpreter.
@@ -48,10 +48,11 @@ def cli_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--quiet",
         "--no-notices",
         "--no-version-reporting",
+        *(arg for pair in context for arg in ("--context", pair)),
         "--output",
         str(outdir),
     ]
-    result = subprocess.run(
+    return subprocess.run(
         command,
         cwd=REPO_ROOT,
         env=env,
@@ -60,8 +61,23 @@ def cli_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=SYNTH_TIMEOUT_S,
         check=False,
     )
+
+
+@pytest.fixture(scope="module")
+def cli_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    outdir = tmp_path_factory.mktemp("cli.cdk.out")
+    # cdk.json names no alarm subscriber on purpose: synth must be told who hears alarms.
+    result = _cdk_synth(outdir, f"{IC.CTX_ALARM_EMAIL}={TEST_ALARM_EMAIL}")
     assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
     return outdir
+
+
+def test_cli_synth_without_an_alarm_subscriber_says_what_to_set(tmp_path: Path) -> None:
+    result = _cdk_synth(tmp_path)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert IC.CTX_ALARM_EMAIL in output and IC.CTX_NO_ALARM_SUBSCRIBER in output, output
+    assert "Traceback" not in output
 
 
 def test_pinned_cli_is_major_2() -> None:

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
 
+from infra import constants as IC
+from infra.consumers import ConsumerGroups
+from infra.settings import StackSettings
+from infra.storage import Storage
 from shardlog import constants as C
-from tests.infra.cdk_synth import Synthesized
+from tests.infra.cdk_synth import Synthesized, cdk_context, logical_id
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 
@@ -166,6 +172,89 @@ def test_spark_role_trusts_only_emr_serverless_of_this_account(synth: Synthesize
     ]["Properties"]
     (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Principal"] == {"Service": "emr-serverless.amazonaws.com"}
+    application = synth.stack.analytics.application
+    app_arn = {"Fn::GetAtt": [synth.stack.resolve(application.logical_id), "Arn"]}
     assert statement["Condition"] == {
-        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+        # this application's job runs only, not any EMR Serverless application's
+        "ArnLike": {"aws:SourceArn": [app_arn, {"Fn::Join": ["", [app_arn, "/*"]]}]},
     }
+
+
+def _consumer_statements(synth: Synthesized, role: Any) -> list[dict[str, Any]]:
+    consumers = {"Fn::GetAtt": [synth.logical_id(synth.stack.storage.consumers_table), "Arn"]}
+    return [
+        s
+        for s in _statements(synth.template, synth.logical_id(role))
+        if consumers in _as_list(s["Resource"])
+    ]
+
+
+def _own_items(*groups: str) -> dict[str, Any]:
+    return {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": list(groups)},
+        "Null": {"dynamodb:LeadingKeys": "false"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("role_name", "group"),
+    [("ingest", C.INGEST_GROUP), ("shard_sync", C.INGEST_GROUP), ("spark", C.COMPACTION_GROUP)],
+)
+def test_each_role_touches_only_its_own_consumers_items(
+    synth: Synthesized, role_name: str, group: str
+) -> None:
+    statements = _consumer_statements(synth, _shardlog_roles(synth)[role_name])
+    assert statements, role_name
+    for statement in statements:
+        # e.g. Spark may advance the compaction watermark, never an ingest lease
+        assert statement["Condition"] == _own_items(group), role_name
+
+
+def test_ingest_creates_segments_only_with_if_none_match(synth: Synthesized) -> None:
+    storage = synth.stack.storage
+    events = {
+        "Fn::Join": ["", [{"Fn::GetAtt": [synth.logical_id(storage.bucket), "Arn"]}, "/events/*"]]
+    }
+    puts = [
+        s
+        for s in _statements(synth.template, synth.logical_id(synth.stack.ingest.ingest.role))
+        if "s3:PutObject" in _as_list(s["Action"])
+    ]
+    assert puts
+    for statement in puts:
+        assert statement["Resource"] == events
+        assert statement["Condition"] == {"Null": {"s3:if-none-match": "false"}}
+
+
+def _consumer_groups_template(*groups: str) -> tuple[Template, Storage]:
+    app = App(context=cdk_context(**{IC.CTX_CONSUMER_GROUPS: list(groups)}))
+    stack = Stack(app, "ConsumersOnly")
+    settings = StackSettings.from_context(stack.node)
+    storage = Storage(stack, "Storage", settings=settings)
+    ConsumerGroups(stack, "ConsumerGroups", storage=storage, settings=settings)
+    return Template.from_stack(stack), storage
+
+
+def test_each_consumer_group_gets_a_policy_for_its_own_items() -> None:
+    template, storage = _consumer_groups_template("billing", "search")
+    policies = {
+        p["Properties"]["Description"]: p["Properties"]["PolicyDocument"]["Statement"]
+        for p in template.find_resources("AWS::IAM::ManagedPolicy").values()
+    }
+    assert len(policies) == 2
+    consumers = {"Fn::GetAtt": [logical_id(storage.consumers_table), "Arn"]}
+    for group in ("billing", "search"):
+        (statements,) = [s for d, s in policies.items() if repr(group) in d]
+        (leases,) = [s for s in statements if s["Resource"] == consumers]
+        assert leases["Condition"] == _own_items(group)
+        assert set(leases["Action"]) == {
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:Query",
+            "dynamodb:UpdateItem",
+        }
+        for statement in statements:
+            for action in _as_list(statement["Action"]):
+                assert "*" not in action and "Delete" not in action, action
+            assert not any(a.startswith("s3:Put") for a in _as_list(statement["Action"]))

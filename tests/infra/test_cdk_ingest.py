@@ -23,10 +23,17 @@ def test_event_source_reads_the_stream_into_the_ingest_function(synth: Synthesiz
     assert props["EventSourceArn"] == {"Fn::GetAtt": [synth.logical_id(storage.stream), "Arn"]}
 
 
-def test_event_source_retries_forever_and_never_skips(template: Template) -> None:
-    props = _event_source(template)
+def test_event_source_retries_until_just_before_the_stream_trims(synth: Synthesized) -> None:
+    props = _event_source(synth.template)
     assert props["MaximumRetryAttempts"] == -1
-    assert props["MaximumRecordAgeInSeconds"] == -1
+    # Given up (and reported to the failure queue) before the stream trims the records: a
+    # trimmed record would vanish without a trace, a given-up one can still be replayed.
+    (stream,) = synth.resources("AWS::Kinesis::Stream").values()
+    retention_s = stream["Properties"]["RetentionPeriodHours"] * 3600
+    age_s = props["MaximumRecordAgeInSeconds"]
+    assert 60 <= age_s < retention_s
+    assert age_s == synth.stack.settings.max_record_age_s
+    assert retention_s - age_s >= retention_s // 10, "time left to replay from the stream"
     assert props["BisectBatchOnFunctionError"] is True
     assert props["StartingPosition"] == "TRIM_HORIZON"
     assert props["ParallelizationFactor"] == 1
@@ -93,6 +100,21 @@ def test_functions_use_the_pinned_runtime_and_powertools_layer(synth: Synthesize
         assert props["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"] == (
             C.POWERTOOLS_SERVICE_NAME
         )
+
+
+def test_failure_queue_is_kept_with_the_stack_gone(synth: Synthesized) -> None:
+    queue_id = synth.logical_id(synth.stack.ingest.failure_queue)
+    assert synth.resources("AWS::SQS::Queue")[queue_id]["DeletionPolicy"] == "Retain"
+
+
+def test_ingest_has_reserved_concurrency_for_its_shards(synth: Synthesized) -> None:
+    props = synth.resources("AWS::Lambda::Function")[synth.logical_id(synth.stack.ingest.function)][
+        "Properties"
+    ]
+    (stream,) = synth.resources("AWS::Kinesis::Stream").values()
+    shards = stream["Properties"]["ShardCount"]
+    # one invocation per shard at a time, room for the children of a split
+    assert props["ReservedConcurrentExecutions"] == 2 * shards
 
 
 def test_ingest_timeout_is_at_most_half_the_lease(synth: Synthesized) -> None:

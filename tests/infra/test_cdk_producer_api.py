@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
+from aws_cdk import App, Stack
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Match, Template
 
 from infra import constants as IC
+from infra.producer_api import ProducerApi
+from infra.settings import StackSettings
+from infra.storage import Storage
 from shardlog import constants as C
-from tests.infra.cdk_synth import Synthesized
+from tests.infra.cdk_synth import Synthesized, cdk_context
 
 
 def test_every_method_requires_iam_auth(synth: Synthesized) -> None:
@@ -84,20 +90,86 @@ def test_stage_throttles_and_writes_access_logs(synth: Synthesized, template: Te
         "AWS::ApiGateway::Stage",
         {
             "TracingEnabled": True,
-            "MethodSettings": [
-                Match.object_like(
-                    {
-                        "HttpMethod": "*",
-                        "ResourcePath": "/*",
-                        "ThrottlingRateLimit": IC.DEFAULT_API_RATE_LIMIT,
-                        "ThrottlingBurstLimit": IC.DEFAULT_API_BURST_LIMIT,
-                        "LoggingLevel": "ERROR",
-                        "DataTraceEnabled": False,
-                    }
-                )
-            ],
+            "MethodSettings": Match.array_with(
+                [
+                    Match.object_like(
+                        {
+                            "HttpMethod": "*",
+                            "ResourcePath": "/*",
+                            "ThrottlingRateLimit": IC.DEFAULT_API_RATE_LIMIT,
+                            "ThrottlingBurstLimit": IC.DEFAULT_API_BURST_LIMIT,
+                            "LoggingLevel": "ERROR",
+                            "DataTraceEnabled": False,
+                        }
+                    )
+                ]
+            ),
         },
     )
+
+
+def test_health_is_throttled_apart_from_writes(synth: Synthesized) -> None:
+    (stage,) = synth.resources("AWS::ApiGateway::Stage").values()
+    settings = {
+        (m["ResourcePath"], m["HttpMethod"]): m for m in stage["Properties"]["MethodSettings"]
+    }
+    # API Gateway escapes the path's slashes in method settings.
+    health = settings[("/~1v1~1health", "GET")]
+    assert health["ThrottlingRateLimit"] == IC.HEALTH_RATE_LIMIT
+    assert health["ThrottlingBurstLimit"] == IC.HEALTH_BURST_LIMIT
+    assert IC.HEALTH_RATE_LIMIT < IC.DEFAULT_API_RATE_LIMIT
+    assert ("/~1v1~1records", "POST") not in settings, "writes keep the stage's limits"
+
+
+def test_access_logs_are_kept_a_year(synth: Synthesized) -> None:
+    group = synth.resources("AWS::Logs::LogGroup")[
+        synth.logical_id(synth.stack.producer_api.access_logs)
+    ]
+    assert group["Properties"]["RetentionInDays"] == 365
+    assert group["DeletionPolicy"] == "Retain"
+    assert "KmsKeyId" in group["Properties"]
+
+
+def test_throttled_requests_are_counted_from_the_access_logs(synth: Synthesized) -> None:
+    (metric_filter,) = synth.resources("AWS::Logs::MetricFilter").values()
+    props = metric_filter["Properties"]
+    assert props["LogGroupName"] == {"Ref": synth.logical_id(synth.stack.producer_api.access_logs)}
+    assert props["FilterPattern"] == '{ $.status = "429" }'
+    (transformation,) = props["MetricTransformations"]
+    assert transformation["MetricName"] == IC.METRIC_API_THROTTLED
+    assert transformation["MetricNamespace"] == C.METRICS_NAMESPACE
+    # the access log format writes the status as a string: the pattern must compare strings
+    (stage,) = synth.resources("AWS::ApiGateway::Stage").values()
+    assert '"status":"$context.status"' in stage["Properties"]["AccessLogSetting"]["Format"]
+
+
+def test_resource_policy_admits_only_this_accounts_principals(synth: Synthesized) -> None:
+    (api,) = synth.resources("AWS::ApiGateway::RestApi").values()
+    statements = {s["Sid"]: s for s in api["Properties"]["Policy"]["Statement"]}
+    deny = statements["DenyEveryoneElse"]
+    assert deny["Effect"] == "Deny" and deny["Action"] == "execute-api:Invoke"
+    assert deny["Resource"] == "execute-api:/*"
+    assert deny["Condition"] == {
+        "StringNotEquals": {"aws:PrincipalAccount": {"Ref": "AWS::AccountId"}}
+    }
+    assert statements["AllowProducers"]["Effect"] == "Allow"
+
+
+def test_resource_policy_names_the_producer_roles_when_given(tmp_path: Path) -> None:
+    producers = ["arn:aws:iam::123456789012:role/producer-a", "arn:aws:iam::123456789012:user/b"]
+    app = App(context=cdk_context(**{IC.CTX_PRODUCER_PRINCIPAL_ARNS: producers}))
+    stack = Stack(app, "ApiOnly")
+    settings = StackSettings.from_context(stack.node)
+    storage = Storage(stack, "Storage", settings=settings)
+    (tmp_path / "handler.py").write_text("def handler(event, context): pass\n")
+    code = lambda_.Code.from_asset(str(tmp_path))  # a stand-in: nothing to bundle
+    ProducerApi(stack, "ProducerApi", storage=storage, settings=settings, code=code)
+    (api,) = Template.from_stack(stack).find_resources("AWS::ApiGateway::RestApi").values()
+    statements = {s["Sid"]: s for s in api["Properties"]["Policy"]["Statement"]}
+    assert statements["DenyEveryoneElse"]["Condition"] == {
+        "ArnNotEquals": {"aws:PrincipalArn": producers}
+    }
+    assert statements["AllowProducers"]["Principal"] == {"AWS": producers}
 
 
 def test_api_is_regional(template: Template) -> None:

@@ -12,11 +12,13 @@ from infra import constants as IC
 from infra.settings import SettingsError, StackSettings
 from infra.storage import Storage
 from shardlog import constants as C
-from tests.infra.cdk_synth import Synthesized, cdk_context
+from tests.infra.cdk_synth import REPO_ROOT, TEST_ALARM_EMAIL, Synthesized, cdk_context
 
 
 def _settings(**context: Any) -> StackSettings:
-    return StackSettings.from_context(App(context=context).node)
+    """Settings from exactly this context, plus an alarm subscriber unless it says otherwise."""
+    subscriber = {} if IC.CTX_NO_ALARM_SUBSCRIBER in context else {IC.CTX_ALARM_EMAIL: "a@b.io"}
+    return StackSettings.from_context(App(context={**subscriber, **context}).node)
 
 
 def _storage_template(**context: Any) -> Template:
@@ -51,6 +53,17 @@ def test_command_line_strings_are_parsed() -> None:
         (IC.CTX_LOG_RETENTION_DAYS, 8),
         # shorter than twice the ingest timeout: an invocation could outlive its lease
         (IC.CTX_LEASE_DURATION_MS, IC.INGEST_TIMEOUT_S * 1000),
+        # the handler's own range (shardlog/settings.py): it would refuse it at cold start
+        (IC.CTX_SEGMENT_MAX_RECORDS, 0),
+        (IC.CTX_PARTITIONS_TABLE, "p1"),
+        (IC.CTX_STREAM_NAME, "has space"),
+        (IC.CTX_ALARM_EMAIL, "not-an-address"),
+        (IC.CTX_BREAK_GLASS_ROLE_ARN, "arn:aws:iam::123456789012:user/someone"),
+        (IC.CTX_PRODUCER_PRINCIPAL_ARNS, "arn:aws:iam::123456789012:role/ok,arn:aws:s3:::x"),
+        (IC.CTX_CONSUMER_GROUPS, "billing,$ingest"),
+        (IC.CTX_CONSUMER_GROUPS, "billing,billing"),
+        # fewer invocations than shards: some shards would never be ingested
+        (IC.CTX_INGEST_RESERVED_CONCURRENCY, 0),
     ],
 )
 def test_bad_values_are_rejected(key: str, value: Any) -> None:
@@ -69,8 +82,8 @@ def test_names_from_context(synth: Synthesized) -> None:
     template = _storage_template(
         **{
             IC.CTX_STREAM_NAME: "s1",
-            IC.CTX_PARTITIONS_TABLE: "p1",
-            IC.CTX_CONSUMERS_TABLE: "c1",
+            IC.CTX_PARTITIONS_TABLE: "parts1",
+            IC.CTX_CONSUMERS_TABLE: "cons1",
             IC.CTX_BUCKET_NAME: "b1-bucket",
         }
     )
@@ -80,7 +93,7 @@ def test_names_from_context(synth: Synthesized) -> None:
         t["Properties"]["TableName"]
         for t in template.find_resources("AWS::DynamoDB::Table").values()
     }
-    assert names == {"p1", "c1"}
+    assert names == {"parts1", "cons1"}
     # Without context, CloudFormation names everything: several stacks can coexist.
     (default_stream,) = synth.resources("AWS::Kinesis::Stream").values()
     assert "Name" not in default_stream["Properties"]
@@ -88,3 +101,66 @@ def test_names_from_context(synth: Synthesized) -> None:
         assert "TableName" not in table["Properties"]
     for bucket in synth.resources("AWS::S3::Bucket").values():
         assert "BucketName" not in bucket["Properties"]
+
+
+def test_synth_needs_an_alarm_subscriber_or_an_explicit_opt_out() -> None:
+    with pytest.raises(SettingsError, match=IC.CTX_NO_ALARM_SUBSCRIBER) as refused:
+        StackSettings.from_context(App(context={}).node)
+    assert IC.CTX_ALARM_EMAIL in str(refused.value)
+    assert _settings(**{IC.CTX_ALARM_EMAIL: TEST_ALARM_EMAIL}).alarm_email == TEST_ALARM_EMAIL
+    opted_out = _settings(**{IC.CTX_NO_ALARM_SUBSCRIBER: "true"})
+    assert opted_out.no_alarm_subscriber and opted_out.alarm_email is None
+    with pytest.raises(SettingsError, match="contradict"):
+        _settings(**{IC.CTX_NO_ALARM_SUBSCRIBER: True, IC.CTX_ALARM_EMAIL: TEST_ALARM_EMAIL})
+    # "false" on the command line is no opt-out
+    with pytest.raises(SettingsError, match=IC.CTX_ALARM_EMAIL):
+        StackSettings.from_context(App(context={IC.CTX_NO_ALARM_SUBSCRIBER: "false"}).node)
+
+
+def test_cdk_json_names_no_subscriber_so_a_bare_synth_says_so() -> None:
+    context = cdk_context()
+    del context[IC.CTX_ALARM_EMAIL]
+    with pytest.raises(SettingsError, match=IC.CTX_ALARM_EMAIL):
+        StackSettings.from_context(App(context=context).node)
+
+
+def test_retention_is_a_week_and_records_are_given_up_before_the_stream_trims_them() -> None:
+    settings = _settings()
+    assert settings.retention_hours == 168
+    assert settings.max_record_age_s == 168 * 3600 * 9 // 10
+    # Lambda's own cap (7 days) applies to long retentions
+    assert _settings(**{IC.CTX_RETENTION_HOURS: 8760}).max_record_age_s == 604_800
+    day = _settings(**{IC.CTX_RETENTION_HOURS: 24})
+    assert 60 <= day.max_record_age_s < 24 * 3600
+    with pytest.raises(SettingsError, match=IC.CTX_ITERATOR_AGE_ALARM_MINUTES):
+        _settings(**{IC.CTX_RETENTION_HOURS: 24, IC.CTX_ITERATOR_AGE_ALARM_MINUTES: 24 * 60})
+
+
+def test_reserved_concurrency_follows_the_shards() -> None:
+    assert _settings(**{IC.CTX_SHARD_COUNT: 3}).ingest_concurrency == 6
+    assert _settings(**{IC.CTX_SHARD_COUNT: 0}).ingest_concurrency == (
+        IC.DEFAULT_ON_DEMAND_RESERVED_CONCURRENCY
+    )
+    explicit = {IC.CTX_SHARD_COUNT: 3, IC.CTX_INGEST_RESERVED_CONCURRENCY: "3"}
+    assert _settings(**explicit).ingest_concurrency == 3
+    with pytest.raises(SettingsError, match=IC.CTX_INGEST_RESERVED_CONCURRENCY):
+        _settings(**{IC.CTX_SHARD_COUNT: 4, IC.CTX_INGEST_RESERVED_CONCURRENCY: 3})
+
+
+def test_lists_come_from_cdk_json_or_the_command_line() -> None:
+    groups = ("billing", "search")
+    assert _settings(**{IC.CTX_CONSUMER_GROUPS: list(groups)}).consumer_groups == groups
+    assert _settings(**{IC.CTX_CONSUMER_GROUPS: "billing, search"}).consumer_groups == groups
+    assert _settings(**{IC.CTX_CONSUMER_GROUPS: '["billing","search"]'}).consumer_groups == groups
+    assert _settings().consumer_groups == ()
+
+
+def test_deploy_docs_explain_every_context_key() -> None:
+    docs = (REPO_ROOT / "docs" / "DEPLOY.md").read_text()
+    keys = [value for name, value in vars(IC).items() if name.startswith("CTX_")]
+    assert keys
+    for key in keys:
+        assert f"| `{key}`" in docs or f"`{key}` /" in docs or f"/ `{key}`" in docs, key
+    outputs = [value for name, value in vars(IC).items() if name.startswith("OUTPUT_")]
+    for output in outputs:
+        assert f"`{output}`" in docs, output

@@ -13,12 +13,30 @@ from tests.support.factories import incoming_records, writer_for
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["demo"], ["local", "up"], ["produce"], ["status"], ["read"], ["sync"]]
+    "command",
+    [
+        [],
+        ["demo"],
+        ["local", "up"],
+        ["produce"],
+        ["status"],
+        ["read"],
+        ["sync"],
+        ["consume"],
+        ["spark"],
+        ["spark", "run"],
+        ["spark", "summary"],
+    ],
 )
 def test_every_command_has_help(command: list[str]) -> None:
     result = run_cli(None, *command, "--help")
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.output
+
+
+def test_the_debug_flag_is_global_and_documented() -> None:
+    result = run_cli(None, "--help")
+    assert "--debug" in result.output and "traceback" in result.output
 
 
 def test_produce_rejects_a_key_past_the_limit_naming_field_and_limit(aws: AwsEnv) -> None:

@@ -10,10 +10,18 @@ from aws_lambda_powertools.utilities.data_classes import KinesisStreamEvent
 
 from lambdas.ingest.handler import create_handler, to_incoming
 from lambdas.ingest.settings import IngestSettings
+from lambdas.observability import metrics
 from shardlog import constants as C
 from shardlog.clock import ManualClock
-from shardlog.exceptions import ConfigurationError, LeaseHeldError
+from shardlog.exceptions import (
+    CommitConflictError,
+    ConfigurationError,
+    LeaseHeldError,
+    LeaseLostError,
+)
+from shardlog.lease import LeaseManager
 from shardlog.local.poller import LambdaContext
+from shardlog.tables import partition_key
 from tests.support.aws import AwsEnv
 from tests.support.readback import log_kinesis_seqs
 
@@ -111,3 +119,73 @@ def test_settings_validated_from_the_environment() -> None:
         IngestSettings.from_env({**env, C.ENV_SEGMENT_MAX_RECORDS: "0"})
     with pytest.raises(ConfigurationError, match=C.ENV_LEASE_DURATION_MS):
         IngestSettings.from_env({**env, C.ENV_LEASE_DURATION_MS: "soon"})
+
+
+def _published(name: str) -> bool:
+    """Whether the last invocation added metric ``name`` (tests run with metrics disabled, so
+    the set is never flushed; each invocation starts it empty)."""
+    return name in metrics.metric_set
+
+
+def test_a_commit_fenced_by_a_lease_takeover_is_counted_apart(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    clients = aws.fresh_clients()
+    handle = create_handler(_settings(aws), clients, clock)
+    thief = LeaseManager(aws.clients, aws.config.consumers_table, clock=clock)
+
+    def take_over_before_the_commit(**_: Any) -> None:
+        # The invocation stalled past its lease; another one took the shard meanwhile.
+        clock.advance(C.DEFAULT_LEASE_DURATION_MS + 1)
+        thief.acquire(C.INGEST_GROUP, SHARD, "the-next-invocation")
+
+    clients.add_hook("before-call.dynamodb.TransactWriteItems", take_over_before_the_commit)
+    with pytest.raises(LeaseLostError):
+        handle(kinesis_event(0, 3), LambdaContext("ingest", clock=clock))
+    assert _published(C.METRIC_COMMIT_FENCED)
+    assert not _published(C.METRIC_BATCH_FAILED)
+    assert log_kinesis_seqs(aws, SHARD) == [], "nothing of a fenced batch is committed"
+
+
+def test_a_commit_fenced_by_a_moved_head_is_counted_apart(aws: AwsEnv, clock: ManualClock) -> None:
+    clients = aws.fresh_clients()
+    handle = create_handler(_settings(aws), clients, clock)
+    handle(kinesis_event(0, 2), LambdaContext("ingest", clock=clock))
+
+    def move_the_head(**_: Any) -> None:
+        # Only a foreign writer (never shardlog's own) moves the head without the lease.
+        aws.clients.dynamodb.update_item(
+            TableName=aws.config.partitions_table,
+            Key=partition_key(SHARD),
+            UpdateExpression="SET #n = #n + :one",
+            ExpressionAttributeNames={"#n": C.ATTR_NEXT_SEQUENCE_NUMBER},
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+
+    clients.add_hook("before-call.dynamodb.TransactWriteItems", move_the_head)
+    with pytest.raises(CommitConflictError):
+        handle(kinesis_event(2, 2), LambdaContext("ingest", clock=clock))
+    assert _published(C.METRIC_COMMIT_FENCED)
+    assert not _published(C.METRIC_BATCH_FAILED)
+
+
+def test_other_failures_count_as_batch_failed(aws: AwsEnv, clock: ManualClock) -> None:
+    settings = _settings(aws).model_copy(update={"bucket": "no-such-bucket-for-this-test"})
+    handle = create_handler(settings, aws.fresh_clients(), clock)
+    with pytest.raises(Exception, match="NoSuchBucket"):
+        handle(kinesis_event(0, 2), LambdaContext("ingest", clock=clock))
+    assert _published(C.METRIC_BATCH_FAILED)
+    assert not _published(C.METRIC_COMMIT_FENCED)
+
+
+def test_a_lease_shorter_than_the_invocation_fails_loudly(aws: AwsEnv, clock: ManualClock) -> None:
+    handle = create_handler(_settings(aws, lease_duration_ms=30_000), aws.fresh_clients(), clock)
+    invocation = LambdaContext("ingest", clock=clock, timeout_ms=60_000)
+    with pytest.raises(ConfigurationError, match=f"{C.ENV_LEASE_DURATION_MS}=30000 is shorter"):
+        handle(kinesis_event(0, 2), invocation)
+    assert _published(C.METRIC_LEASE_TOO_SHORT)
+    assert log_kinesis_seqs(aws, SHARD) == [], "refused before any write"
+    # The same lease outlasts a shorter invocation: the batch goes in.
+    handle(kinesis_event(0, 2), LambdaContext("ingest", clock=clock, timeout_ms=30_000))
+    assert not _published(C.METRIC_LEASE_TOO_SHORT)
+    assert len(log_kinesis_seqs(aws, SHARD)) == 2

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
+from lambdas.shard_sync import handler as shard_sync_handler
 from shardlog import constants as C
+from shardlog.exceptions import ConfigurationError
 from shardlog.format import IncomingRecord
+from shardlog.local.poller import LambdaContext
 from shardlog.shardsync import ShardSync
 from shardlog.tables import Tables
 from shardlog.writer import LogWriter, WriterSettings
@@ -86,3 +93,54 @@ def test_sync_adds_lineage_to_a_partition_the_writer_created_first(aws: AwsEnv) 
     assert partition is not None
     assert partition.next_seq == 1, "the committed head is kept"
     assert partition.starting_hash_key == "0" and partition.state == C.STATE_OPEN
+
+
+@pytest.fixture
+def fresh_sync_entry_point() -> Iterator[None]:
+    shard_sync_handler.handler.reset()
+    yield
+    shard_sync_handler.handler.reset()
+
+
+def _sync_env(aws: AwsEnv) -> dict[str, str]:
+    return {
+        C.ENV_STREAM_NAME: aws.config.stream_name,
+        C.ENV_PARTITIONS_TABLE: aws.config.partitions_table,
+        C.ENV_CONSUMERS_TABLE: aws.config.consumers_table,
+        C.ENV_ENDPOINT_URL: aws.config.endpoint_url or "",
+    }
+
+
+def test_the_handler_builds_once_from_its_validated_settings(
+    aws: AwsEnv, fresh_sync_entry_point: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in _sync_env(aws).items():
+        monkeypatch.setenv(name, value)
+    first = shard_sync_handler.handler({}, LambdaContext("shard-sync"))
+    built = shard_sync_handler.handler.built
+    assert sorted(first["created"]) == [FIRST, SECOND] and first["shards"] == 2
+    again = shard_sync_handler.handler({}, LambdaContext("shard-sync"))
+    assert again["created"] == [] and shard_sync_handler.handler.built is built is not None
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [(C.ENV_STREAM_NAME, None), (C.ENV_CONSUMERS_TABLE, "ab"), (C.ENV_STREAM_NAME, "a b")],
+)
+def test_the_handler_refuses_bad_settings_before_any_request(
+    aws: AwsEnv,
+    fresh_sync_entry_point: None,
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str | None,
+) -> None:
+    for name, setting in _sync_env(aws).items():
+        monkeypatch.setenv(name, setting)
+    if value is None:
+        monkeypatch.delenv(variable)
+    else:
+        monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError, match=variable):
+        shard_sync_handler.handler({}, LambdaContext("shard-sync"))
+    assert shard_sync_handler.handler.built is None
+    assert _states(aws) == {}, "no shard recorded"

@@ -1,0 +1,59 @@
+"""One schema per setting: the range of every deployment setting, written once.
+
+The handlers' settings models (lambdas/*/settings.py) type their fields with these, and the
+CDK app validates its context with the same types (infra/settings.py, ``parse_setting``), so
+a value one side accepts the other accepts too. Rules that tie two settings together (the
+ingest lease at least twice the ingest timeout) belong to whoever knows both, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final
+
+from pydantic import Field, TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
+
+from shardlog import constants as C
+
+# --- ingest -----------------------------------------------------------------------------
+# The ingest lease: long enough to write a segment, short enough that a crashed writer's
+# shard waits at most an hour.
+LEASE_DURATION_MS_MIN: Final = 1_000
+LEASE_DURATION_MS_MAX: Final = 3_600_000
+LeaseDurationMs = Annotated[int, Field(ge=LEASE_DURATION_MS_MIN, le=LEASE_DURATION_MS_MAX)]
+
+SEGMENT_MAX_RECORDS_MIN: Final = 1
+SEGMENT_MAX_RECORDS_MAX: Final = 100_000
+SegmentMaxRecords = Annotated[int, Field(ge=SEGMENT_MAX_RECORDS_MIN, le=SEGMENT_MAX_RECORDS_MAX)]
+
+# At least one Kinesis record's worth of headroom is not required: a larger record gets a
+# segment of its own. The upper bound keeps a buffered segment well inside Lambda's memory.
+SEGMENT_MAX_BYTES_MIN: Final = 1024
+SEGMENT_MAX_BYTES_MAX: Final = 256 * C.MIB
+SegmentMaxBytes = Annotated[int, Field(ge=SEGMENT_MAX_BYTES_MIN, le=SEGMENT_MAX_BYTES_MAX)]
+
+# --- Spark -----------------------------------------------------------------------------------
+# Records per partition per compaction run: fewer than a thousand makes Parquet files too
+# small to be worth a Spark run.
+COMPACTION_MAX_RECORDS_MIN: Final = 1_000
+COMPACTION_MAX_RECORDS_MAX: Final = 1_000_000_000
+CompactionMaxRecords = Annotated[
+    int, Field(ge=COMPACTION_MAX_RECORDS_MIN, le=COMPACTION_MAX_RECORDS_MAX)
+]
+
+# --- resource names (the services' own limits) -----------------------------------------------
+StreamName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[a-zA-Z0-9_.-]+$")]
+BucketName = Annotated[str, Field(min_length=3, max_length=63)]
+TableName = Annotated[str, Field(min_length=3, max_length=255)]
+
+
+def parse_setting(setting: Any, value: Any) -> Any:
+    """``value`` validated (and coerced: ``"4"`` is 4) against one of the types above.
+
+    Raises ValueError with pydantic's reason ("Input should be greater than or equal to
+    1000"), for a caller to prefix with the name the user knows (a context key, a variable).
+    """
+    try:
+        return TypeAdapter(setting).validate_python(value)
+    except PydanticValidationError as exc:
+        raise ValueError("; ".join(error["msg"] for error in exc.errors())) from None

@@ -1,0 +1,156 @@
+"""One schema per setting (shardlog/settings.py): each range at and past its edges, and the
+stack and the handlers accepting and refusing exactly the same values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aws_cdk import App
+
+from infra import constants as IC
+from infra.analytics import AnalyticsSettings
+from infra.settings import SettingsError, StackSettings
+from lambdas.ingest.settings import IngestSettings
+from lambdas.shard_sync.settings import ShardSyncSettings
+from lambdas.spark_trigger.settings import SparkTriggerSettings
+from shardlog import constants as C
+from shardlog import settings as S
+from shardlog.exceptions import ConfigurationError
+
+MIB = 1024 * 1024
+
+# (type, lowest accepted, highest accepted): written out here, not read from the module, so
+# a range that moves makes these fail.
+INT_RANGES = [
+    (S.LeaseDurationMs, 1_000, 3_600_000),
+    (S.SegmentMaxRecords, 1, 100_000),
+    (S.SegmentMaxBytes, 1024, 256 * MIB),
+    (S.CompactionMaxRecords, 1_000, 1_000_000_000),
+]
+LENGTHS = [(S.BucketName, 3, 63), (S.TableName, 3, 255), (S.StreamName, 1, 128)]
+
+
+@pytest.mark.parametrize(("setting", "low", "high"), INT_RANGES)
+def test_integer_settings_at_and_past_each_edge(setting: Any, low: int, high: int) -> None:
+    assert S.parse_setting(setting, low) == low
+    assert S.parse_setting(setting, high) == high
+    with pytest.raises(ValueError, match=f"greater than or equal to {low}"):
+        S.parse_setting(setting, low - 1)
+    with pytest.raises(ValueError, match=f"less than or equal to {high}"):
+        S.parse_setting(setting, high + 1)
+
+
+@pytest.mark.parametrize(("setting", "shortest", "longest"), LENGTHS)
+def test_names_at_and_past_each_length(setting: Any, shortest: int, longest: int) -> None:
+    assert S.parse_setting(setting, "a" * shortest) == "a" * shortest
+    assert S.parse_setting(setting, "a" * longest) == "a" * longest
+    for bad in ("a" * (shortest - 1), "a" * (longest + 1)):
+        with pytest.raises(ValueError, match=r"at (least|most)"):
+            S.parse_setting(setting, bad)
+
+
+def test_text_from_the_command_line_or_the_environment_is_parsed() -> None:
+    assert S.parse_setting(S.LeaseDurationMs, "60000") == 60_000
+    with pytest.raises(ValueError, match="valid integer"):
+        S.parse_setting(S.LeaseDurationMs, "soon")
+    with pytest.raises(ValueError, match="pattern"):
+        S.parse_setting(S.StreamName, "has space")
+
+
+# --- the stack and the handlers agree ---------------------------------------------------------
+INGEST_ENV = {
+    C.ENV_BUCKET_NAME: "my-bucket",
+    C.ENV_PARTITIONS_TABLE: "parts",
+    C.ENV_CONSUMERS_TABLE: "cons",
+}
+TRIGGER_ENV = {
+    C.ENV_EMR_APPLICATION_ID: "00abc",
+    C.ENV_EMR_EXECUTION_ROLE_ARN: "arn:aws:iam::123456789012:role/spark",
+    C.ENV_SPARK_JOBS_URI: "s3://artifacts/spark_jobs/",
+    C.ENV_SPARK_DEPS_URI: "s3://artifacts/spark_deps/deps.tar.gz",
+    **INGEST_ENV,
+}
+SYNC_ENV = {
+    C.ENV_STREAM_NAME: "events",
+    C.ENV_PARTITIONS_TABLE: "parts",
+    C.ENV_CONSUMERS_TABLE: "cons",
+}
+
+
+def _stack(key: str, value: Any) -> None:
+    context = {IC.CTX_ALARM_EMAIL: "ops@example.com", key: value}
+    StackSettings.from_context(App(context=context).node)
+
+
+def _analytics(key: str, value: Any) -> None:
+    AnalyticsSettings.from_context(App(context={key: value}).node)
+
+
+# (context key, how the stack reads it, handler settings, their environment, the variable)
+SHARED = [
+    (IC.CTX_LEASE_DURATION_MS, _stack, IngestSettings, INGEST_ENV, C.ENV_LEASE_DURATION_MS),
+    (IC.CTX_SEGMENT_MAX_RECORDS, _stack, IngestSettings, INGEST_ENV, C.ENV_SEGMENT_MAX_RECORDS),
+    (IC.CTX_SEGMENT_MAX_BYTES, _stack, IngestSettings, INGEST_ENV, C.ENV_SEGMENT_MAX_BYTES),
+    (IC.CTX_BUCKET_NAME, _stack, IngestSettings, INGEST_ENV, C.ENV_BUCKET_NAME),
+    (IC.CTX_PARTITIONS_TABLE, _stack, ShardSyncSettings, SYNC_ENV, C.ENV_PARTITIONS_TABLE),
+    (IC.CTX_CONSUMERS_TABLE, _stack, IngestSettings, INGEST_ENV, C.ENV_CONSUMERS_TABLE),
+    (IC.CTX_STREAM_NAME, _stack, ShardSyncSettings, SYNC_ENV, C.ENV_STREAM_NAME),
+    (
+        IC.CTX_COMPACTION_MAX_RECORDS,
+        _analytics,
+        SparkTriggerSettings,
+        TRIGGER_ENV,
+        C.ENV_COMPACTION_MAX_RECORDS,
+    ),
+]
+BAD_VALUES = {
+    IC.CTX_LEASE_DURATION_MS: ["999", "3600001"],
+    IC.CTX_SEGMENT_MAX_RECORDS: ["0", "100001"],
+    IC.CTX_SEGMENT_MAX_BYTES: ["1023", str(256 * MIB + 1)],
+    IC.CTX_BUCKET_NAME: ["ab", "b" * 64],
+    IC.CTX_PARTITIONS_TABLE: ["ab", "t" * 256],
+    IC.CTX_CONSUMERS_TABLE: ["ab"],
+    IC.CTX_STREAM_NAME: ["a b", "s" * 129],
+    IC.CTX_COMPACTION_MAX_RECORDS: ["999", "1000000001"],
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "stack", "model", "environ", "variable", "value"),
+    [(*shared, value) for shared in SHARED for value in BAD_VALUES[shared[0]]],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None,
+)
+def test_stack_and_handler_refuse_the_same_value(
+    key: str, stack: Any, model: Any, environ: dict[str, str], variable: str, value: str
+) -> None:
+    with pytest.raises(SettingsError, match=key):
+        stack(key, value)
+    with pytest.raises(ConfigurationError, match=variable):
+        model.from_env({**environ, variable: value})
+
+
+@pytest.mark.parametrize(
+    ("key", "stack", "model", "environ", "variable", "value"),
+    [
+        (*SHARED[0], "3600000"),  # the lease's upper edge (its floor is infra's 2x timeout)
+        (*SHARED[1], "100000"),
+        (*SHARED[2], "1024"),
+        (*SHARED[4], "abc"),
+        (*SHARED[6], "s" * 128),
+        (*SHARED[7], "1000"),
+    ],
+)
+def test_stack_and_handler_accept_the_same_edge(
+    key: str, stack: Any, model: Any, environ: dict[str, str], variable: str, value: str
+) -> None:
+    stack(key, value)
+    model.from_env({**environ, variable: value})
+
+
+def test_the_cross_setting_rule_stays_in_infra() -> None:
+    """A lease the handler accepts may still be too short for the deployed timeout."""
+    short = str(2 * IC.INGEST_TIMEOUT_S * 1000 - 1)
+    IngestSettings.from_env({**INGEST_ENV, C.ENV_LEASE_DURATION_MS: short})
+    with pytest.raises(SettingsError, match="twice the ingest timeout"):
+        _stack(IC.CTX_LEASE_DURATION_MS, short)
