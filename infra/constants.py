@@ -35,6 +35,9 @@ CTX_BREAK_GLASS_ROLE_ARN: Final = "shardlog:breakGlassRoleArn"
 CTX_PRODUCER_PRINCIPAL_ARNS: Final = "shardlog:producerPrincipalArns"
 # Consumer groups to create an IAM managed policy for (their own items of the consumers table).
 CTX_CONSUMER_GROUPS: Final = "shardlog:consumerGroups"
+# Lambda consumer groups: a list of objects, each the group's settings in camelCase
+# (group, functionArn, batchSize, ...: docs/CONSUMERS.md, "Lambda consumers").
+CTX_LAMBDA_CONSUMERS: Final = "shardlog:lambdaConsumers"
 CTX_ITERATOR_AGE_ALARM_MINUTES: Final = "shardlog:iteratorAgeAlarmMinutes"
 CTX_STACK_NAME: Final = "shardlog:stackName"
 
@@ -66,6 +69,7 @@ OUTPUT_JOB_SCRIPTS_URI: Final = "SparkJobScriptsUri"
 OUTPUT_ALARM_TOPIC_ARN: Final = "AlarmTopicArn"
 OUTPUT_DASHBOARD_NAME: Final = "DashboardName"
 OUTPUT_SPARK_DLQ_URL: Final = "SparkDeadLetterQueueUrl"
+OUTPUT_LAMBDA_CONSUMERS: Final = "LambdaConsumerGroups"
 OUTPUT_CONSUMER_GROUP_POLICIES: Final = "ConsumerGroupPolicyArns"  # only with consumer groups
 
 # --- Lambda --------------------------------------------------------------------------------
@@ -73,6 +77,8 @@ OUTPUT_CONSUMER_GROUP_POLICIES: Final = "ConsumerGroupPolicyArns"  # only with c
 INGEST_HANDLER: Final = "lambdas.ingest.handler.handler"
 SHARD_SYNC_HANDLER: Final = "lambdas.shard_sync.handler.handler"
 PRODUCER_API_HANDLER: Final = "lambdas.producer_api.handler.handler"
+LAMBDA_CONSUMER_HANDLER: Final = "lambdas.lambda_consumer.handler.handler"
+CONSUMER_WAKER_HANDLER: Final = "lambdas.consumer_waker.handler.handler"
 
 # The official public Powertools layer, pinned. The V3 layers are built with
 # `aws-lambda-powertools[all]` (powertools-lambda-python: layer_v3/layer/layer_stack.py uses
@@ -120,7 +126,9 @@ METRIC_LEASE_TOO_SHORT: Final = C.METRIC_LEASE_TOO_SHORT
 METRIC_API_THROTTLED: Final = "ApiThrottledRequests"
 METRIC_CONSUMER_LAG_RECORDS: Final = C.METRIC_CONSUMER_LAG_RECORDS
 DIMENSION_SERVICE: Final = "service"  # Powertools adds it to every metric
-DIMENSION_CONSUMER_GROUP: Final = "consumerGroup"
+DIMENSION_CONSUMER_GROUP: Final = C.DIMENSION_CONSUMER_GROUP
+# A Lambda consumer group this far behind (age of its oldest undelivered record) alarms.
+LAMBDA_CONSUMER_LAG_ALARM_MS: Final = 15 * 60 * 1000
 
 # --- EMR Serverless ---------------------------------------------------------------------------
 # emr-7.9.0 ships Spark 3.5.5 (EMR Serverless release notes); local pyspark is pinned to 3.5.x,

@@ -9,6 +9,8 @@ stalled event source publishes nothing at all, so it treats missing data as brea
 
 from __future__ import annotations
 
+import hashlib
+
 from aws_cdk import Annotations, Aws, Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -23,6 +25,7 @@ from constructs import Construct
 from infra import constants as IC
 from infra.analytics import Analytics
 from infra.ingest import Ingest
+from infra.lambda_consumers import LambdaConsumers
 from infra.producer_api import ProducerApi
 from infra.settings import StackSettings
 from infra.storage import Storage
@@ -49,6 +52,25 @@ def shardlog_metric(name: str, statistic: str = "Sum") -> cw.Metric:
     )
 
 
+def group_metric(name: str, group: str, statistic: str = "Sum") -> cw.Metric:
+    """A metric a Lambda consumer group's runner publishes (per group)."""
+    return cw.Metric(
+        namespace=C.METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map={
+            IC.DIMENSION_CONSUMER_GROUP: group,
+            IC.DIMENSION_SERVICE: C.POWERTOOLS_SERVICE_NAME,
+        },
+        statistic=statistic,
+        period=PERIOD,
+    )
+
+
+def group_id(group: str) -> str:
+    """A construct id for a group, whatever characters its name has."""
+    return hashlib.sha256(group.encode()).hexdigest()[:12]
+
+
 def queue_depth(queue: sqs.IQueue, label: str | None = None) -> cw.Metric:
     """Messages waiting in a queue of failures (each one is something given up)."""
     return queue.metric_approximate_number_of_messages_visible(
@@ -67,8 +89,10 @@ class Monitoring(Construct):
         ingest: Ingest,
         producer_api: ProducerApi,
         analytics: Analytics,
+        lambda_consumers: LambdaConsumers | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.lambda_consumers = lambda_consumers
         self.settings = settings
         self.storage = storage
         self.ingest = ingest
@@ -78,6 +102,7 @@ class Monitoring(Construct):
         self.alarms: list[cw.Alarm] = []
         self._ingest_alarms()
         self._other_alarms()
+        self._lambda_consumer_alarms()
         self.dashboard = self._dashboard()
 
     # --- alarms -------------------------------------------------------------------------
@@ -256,6 +281,50 @@ class Monitoring(Construct):
             "schedule's event (job and schedule time) and why.",
         )
 
+    def _lambda_consumer_alarms(self) -> None:
+        if self.lambda_consumers is None:
+            return
+        for group, consumer in self.lambda_consumers.groups.items():
+            name = group_id(group)
+            self.add_alarm(
+                f"LambdaConsumer{name}Lag",
+                group_metric(C.METRIC_CONSUMER_LAG_MS, group, "Maximum"),
+                threshold=IC.LAMBDA_CONSUMER_LAG_ALARM_MS,
+                evaluation_periods=2,
+                description=f"Lambda consumer group {group!r} is more than "
+                f"{IC.LAMBDA_CONSUMER_LAG_ALARM_MS // 60_000} minutes behind the log.",
+            )
+            self.add_alarm(
+                f"LambdaConsumer{name}OnFailure",
+                group_metric(C.METRIC_RECORDS_TO_ON_FAILURE, group),
+                threshold=1,
+                description=f"Lambda consumer group {group!r} gave up on records: its on-failure "
+                "destination names them; replay them with `shardlog read`.",
+            )
+            self.add_alarm(
+                f"LambdaConsumer{name}WakesDeadLettered",
+                queue_depth(consumer.dead_letters),
+                threshold=1,
+                description=f"Wakes of Lambda consumer group {group!r} failed "
+                f"{C.LAMBDA_CONSUMER_WAKE_MAX_RECEIVES} times (its runner keeps failing).",
+            )
+            self.add_alarm(
+                f"LambdaConsumer{name}RunnerErrors",
+                consumer.runner.function.metric_errors(period=PERIOD, statistic="Sum"),
+                threshold=1,
+                evaluation_periods=3,
+                description=f"The runner of Lambda consumer group {group!r} keeps failing.",
+            )
+        if self.lambda_consumers.waker is not None:
+            self.add_alarm(
+                "LambdaConsumersWakerErrors",
+                self.lambda_consumers.waker.function.metric_errors(period=PERIOD, statistic="Sum"),
+                threshold=1,
+                evaluation_periods=3,
+                description="The Lambda consumers' waker keeps failing: groups wake only by the "
+                "sweep (once a minute).",
+            )
+
     # --- metrics -------------------------------------------------------------------------
     def _stall(self) -> cw.MathExpression:
         """1 in a period where Kinesis took records and ingest committed none (or published
@@ -314,6 +383,7 @@ class Monitoring(Construct):
             self._limits_row(),
             self._api_row(),
             self._spark_row(),
+            *self._lambda_consumer_rows(),
         ):
             dashboard.add_widgets(*row)
         return dashboard
@@ -446,6 +516,33 @@ class Monitoring(Construct):
                 width=12,
             ),
         ]
+
+    def _lambda_consumer_rows(self) -> list[list[cw.IWidget]]:
+        if self.lambda_consumers is None or not self.lambda_consumers.groups:
+            return []
+        rows: list[list[cw.IWidget]] = []
+        for group, consumer in self.lambda_consumers.groups.items():
+            rows.append(
+                [
+                    cw.GraphWidget(
+                        title=f"Lambda consumer {group}: delivered and given up",
+                        left=[
+                            group_metric(C.METRIC_RECORDS_DELIVERED, group),
+                            group_metric(C.METRIC_RECORDS_TO_ON_FAILURE, group),
+                            group_metric(C.METRIC_BATCHES_FAILED, group),
+                        ],
+                        right=[queue_depth(consumer.dead_letters, "wakes dead-lettered")],
+                        width=12,
+                    ),
+                    cw.GraphWidget(
+                        title=f"Lambda consumer {group}: lag",
+                        left=[group_metric(C.METRIC_CONSUMER_LAG_MS, group, "Maximum")],
+                        right=[group_metric(C.METRIC_CONSUMER_LAG_RECORDS, group, "Maximum")],
+                        width=12,
+                    ),
+                ]
+            )
+        return rows
 
     def _spark_row(self) -> list[cw.IWidget]:
         analytics = self.analytics

@@ -154,7 +154,38 @@ def acknowledge(stack: ShardlogStack) -> None:
         _objects(analytics.artifacts_bucket, IC.EMR_LOGS_PREFIX),
     )
 
+    _lambda_consumers(stack)
     _job_scripts_deployment(stack)
+
+
+def _lambda_consumers(stack: ShardlogStack) -> None:
+    consumers = stack.lambda_consumers
+    if consumers.waker is not None:
+        _lambda_function(consumers.waker)
+    for group in consumers.groups.values():
+        _lambda_function(group.runner)
+        _suppress(
+            group.runner.role,
+            "AwsSolutions-IAM5",
+            "The runner reads committed segments, whose keys it computes "
+            "(events/<partition>/<seq>): GetObject only, scoped to the events/ prefix. It invokes "
+            "the group's one function, any version or alias of it (the ':*' qualifier).",
+            _objects(stack.storage.bucket, C.EVENTS_PREFIX),
+            RegexAppliesTo(regex=r"/^Resource::.*:function:.*:\*$/g"),
+        )
+        _suppress(
+            group.dead_letters,
+            "AwsSolutions-SQS3",
+            "This queue is itself the dead-letter queue of the group's wake queue (alarmed at "
+            "depth 1); the sweep wakes the group again anyway, so nothing is lost behind it.",
+        )
+        if group.failure_queue is not None:
+            _suppress(
+                group.failure_queue,
+                "AwsSolutions-SQS3",
+                "This queue is the terminal on-failure destination of the group: it holds the "
+                "seq ranges of given-up batches for a human (alarmed); the log keeps the data.",
+            )
 
 
 def _job_scripts_deployment(stack: ShardlogStack) -> None:

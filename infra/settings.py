@@ -21,6 +21,7 @@ from shardlog import constants as C
 from shardlog import settings as S
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ValidationError
+from shardlog.lambda_consumer.settings import LambdaConsumerSettings
 
 # The retention periods CloudWatch Logs accepts (PutRetentionPolicy).
 LOG_RETENTION_DAYS: frozenset[int] = frozenset(
@@ -115,6 +116,7 @@ class StackSettings:
     break_glass_role_arn: str | None = None
     producer_principal_arns: tuple[str, ...] = ()
     consumer_groups: tuple[str, ...] = ()
+    lambda_consumers: tuple[LambdaConsumerSettings, ...] = ()
 
     @property
     def on_demand(self) -> bool:
@@ -201,6 +203,7 @@ class StackSettings:
                 for arn in context_list(node, IC.CTX_PRODUCER_PRINCIPAL_ARNS)
             ),
             consumer_groups=_consumer_groups(node),
+            lambda_consumers=_lambda_consumers(node),
         )
         settings.check()
         return settings
@@ -236,12 +239,55 @@ class StackSettings:
                 f"below {IC.CTX_SHARD_COUNT}={self.shard_count}: some shards would never be "
                 "ingested (one invocation per shard at a time)"
             )
+        both = set(self.consumer_groups) & {g.group for g in self.lambda_consumers}
+        if both:
+            raise SettingsError(
+                f"groups {sorted(both)} are in both {IC.CTX_CONSUMER_GROUPS} and "
+                f"{IC.CTX_LAMBDA_CONSUMERS}: a group is workers or a Lambda function, not both"
+            )
         if self.iterator_age_alarm_minutes * 60 >= self.max_record_age_s:
             raise SettingsError(
                 f"context {IC.CTX_ITERATOR_AGE_ALARM_MINUTES}={self.iterator_age_alarm_minutes}"
                 f" would alarm only after records are given up ({self.max_record_age_s} s, "
                 f"from {IC.CTX_RETENTION_HOURS})"
             )
+
+
+def lambda_consumer_from_context(raw: Any) -> LambdaConsumerSettings:
+    """One group of ``shardlog:lambdaConsumers``: its settings with camelCase names
+    (``functionArn`` or ``functionName``, ``batchSize``, ``onFailureDestination``, ...)."""
+    if not isinstance(raw, dict):
+        raise SettingsError(f"context {IC.CTX_LAMBDA_CONSUMERS}: {raw!r} is not an object")
+    fields = {_snake(key): value for key, value in raw.items()}
+    if "function_arn" in fields:
+        fields["function_name"] = fields.pop("function_arn")
+    try:
+        return LambdaConsumerSettings(**fields)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        group = raw.get("group", "?")
+        raise SettingsError(f"context {IC.CTX_LAMBDA_CONSUMERS}, group {group!r}: {exc}") from None
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
+def _lambda_consumers(node: Node) -> tuple[LambdaConsumerSettings, ...]:
+    raw: Any = node.try_get_context(IC.CTX_LAMBDA_CONSUMERS)
+    if raw in (None, "", []):
+        return ()
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise SettingsError(f"context {IC.CTX_LAMBDA_CONSUMERS} is not JSON: {exc}") from None
+    if not isinstance(raw, list):
+        raise SettingsError(f"context {IC.CTX_LAMBDA_CONSUMERS} must be a list of groups")
+    groups = tuple(lambda_consumer_from_context(item) for item in raw)
+    names = [g.group for g in groups]
+    if len(set(names)) != len(names):
+        raise SettingsError(f"context {IC.CTX_LAMBDA_CONSUMERS} names a group twice: {names}")
+    return groups
 
 
 def _consumer_groups(node: Node) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from infra.analytics import SPARK_JOBS_DIR, Analytics
 from infra.assets import lambda_code
 from infra.consumers import ConsumerGroups
 from infra.ingest import Ingest
+from infra.lambda_consumers import GroupProps, LambdaConsumers
 from infra.monitoring import Monitoring
 from infra.nag import acknowledge
 from infra.producer_api import ProducerApi
@@ -53,6 +54,14 @@ class ShardlogStack(Stack):
         self.consumer_groups = ConsumerGroups(
             self, "ConsumerGroups", storage=self.storage, settings=self.settings
         )
+        self.lambda_consumers = LambdaConsumers(
+            self,
+            "LambdaConsumers",
+            groups=[GroupProps(g) for g in self.settings.lambda_consumers],
+            storage=self.storage,
+            code=code,
+            log_retention_days=self.settings.log_retention_days,
+        )
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -61,6 +70,7 @@ class ShardlogStack(Stack):
             ingest=self.ingest,
             producer_api=self.producer_api,
             analytics=self.analytics,
+            lambda_consumers=self.lambda_consumers,
         )
         self._outputs()
         acknowledge(self)
@@ -83,6 +93,7 @@ class ShardlogStack(Stack):
             IC.OUTPUT_DASHBOARD_NAME: self.monitoring.dashboard.dashboard_name,
             IC.OUTPUT_SPARK_DLQ_URL: self.analytics.dead_letter_queue.queue_url,
             IC.OUTPUT_CONSUMER_GROUP_POLICIES: self.consumer_groups.policy_arns_json(),
+            IC.OUTPUT_LAMBDA_CONSUMERS: self.lambda_consumers.outputs_json(),
         }
         for name, value in outputs.items():
             # The logical id is the output name, so it never changes with the construct tree.

@@ -101,6 +101,8 @@ class Storage(Construct):
             "PartitionsTable",
             settings.partitions_table_name,
             partition_key=C.ATTR_PARTITION_ID,
+            # Every commit moves a head: the stream wakes Lambda consumer groups.
+            stream=dynamodb.StreamViewType[C.PARTITIONS_STREAM_VIEW_TYPE],
         )
         self.consumers_table = self._table(
             "ConsumersTable",
@@ -238,6 +240,7 @@ class Storage(Construct):
         *,
         partition_key: str,
         sort_key: str | None = None,
+        stream: dynamodb.StreamViewType | None = None,
     ) -> dynamodb.Table:
         return dynamodb.Table(
             self,
@@ -245,6 +248,7 @@ class Storage(Construct):
             table_name=table_name,
             partition_key=dynamodb.Attribute(name=partition_key, type=STRING),
             sort_key=dynamodb.Attribute(name=sort_key, type=STRING) if sort_key else None,
+            stream=stream,
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True

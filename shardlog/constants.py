@@ -114,8 +114,18 @@ METRIC_RECORDS_DELIVERED: Final = "RecordsDelivered"
 METRIC_BATCHES_FAILED: Final = "BatchesFailed"
 METRIC_RECORDS_TO_ON_FAILURE: Final = "RecordsSentToOnFailure"
 METRIC_WAKES_SENT: Final = "WakesSent"
+DIMENSION_CONSUMER_GROUP: Final = "consumerGroup"  # the groups' metrics carry it
 LAMBDA_CONSUMER_BATCH_SIZE: Final = 100
 LAMBDA_CONSUMER_MAX_RETRY_ATTEMPTS: Final = 3
+# What the stack builds and the local runtime emulates (tests/infra/test_parity.py):
+LAMBDA_CONSUMER_RUNNER_TIMEOUT_S: Final = 900  # Lambda's maximum: long runs, fewer wakes
+LAMBDA_CONSUMER_WAKE_BATCH_SIZE: Final = 1  # one (group, partition) per runner invocation
+LAMBDA_CONSUMER_WAKE_MAX_RECEIVES: Final = 5  # then the wake is dead-lettered (alarmed)
+LAMBDA_CONSUMER_SWEEP_RATE_MINUTES: Final = 1
+PARTITIONS_STREAM_VIEW_TYPE: Final = "NEW_AND_OLD_IMAGES"  # the waker compares the heads
+WAKER_STARTING_POSITION: Final = "LATEST"  # the sweep covers what came before
+WAKER_BATCH_SIZE: Final = 100
+WAKER_MAX_RETRY_ATTEMPTS: Final = 10
 
 # --- Spark jobs on EMR Serverless (docs/SPARK.md) ----------------------------------
 ENV_EMR_APPLICATION_ID: Final = "SHARDLOG_EMR_APPLICATION_ID"

@@ -29,7 +29,7 @@ from shardlog.lambda_consumer.wake import Wake, WakeSender
 
 
 def publish(report: RunReport) -> None:
-    metrics.add_dimension("ConsumerGroup", report.group)
+    metrics.add_dimension(C.DIMENSION_CONSUMER_GROUP, report.group)
     metrics.add_metric(C.METRIC_RECORDS_DELIVERED, MetricUnit.Count, report.delivered)
     metrics.add_metric(C.METRIC_BATCHES_FAILED, MetricUnit.Count, report.failed_invocations)
     metrics.add_metric(C.METRIC_RECORDS_TO_ON_FAILURE, MetricUnit.Count, report.sent_to_destination)

@@ -69,6 +69,10 @@ def resource_specs(config: ShardlogConfig, shard_count: int) -> dict[str, Any]:
                 {"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": string}
             ],
             "BillingMode": "PAY_PER_REQUEST",
+            "StreamSpecification": {
+                "StreamEnabled": True,
+                "StreamViewType": C.PARTITIONS_STREAM_VIEW_TYPE,
+            },
         },
         "consumers_table": {
             "TableName": config.consumers_table,
@@ -91,6 +95,24 @@ def resource_specs(config: ShardlogConfig, shard_count: int) -> dict[str, Any]:
             "StartingPosition": C.INGEST_STARTING_POSITION,
             "BisectBatchOnFunctionError": True,
             "MaximumRetryAttempts": -1,
+        },
+        # Lambda consumer groups (shardlog.local.lambda_consumers builds these per group).
+        "lambda_consumers": {
+            "wake_event_source": {
+                "BatchSize": C.LAMBDA_CONSUMER_WAKE_BATCH_SIZE,
+                "FunctionResponseTypes": ["ReportBatchItemFailures"],
+            },
+            "wake_queue": {
+                "FifoQueue": True,
+                "maxReceiveCount": C.LAMBDA_CONSUMER_WAKE_MAX_RECEIVES,
+                "VisibilityTimeout": C.LAMBDA_CONSUMER_RUNNER_TIMEOUT_S + 60,
+            },
+            "runner_timeout_s": C.LAMBDA_CONSUMER_RUNNER_TIMEOUT_S,
+            "stream_event_source": {
+                "BatchSize": C.WAKER_BATCH_SIZE,
+                "StartingPosition": C.WAKER_STARTING_POSITION,
+            },
+            "sweep_rate_minutes": C.LAMBDA_CONSUMER_SWEEP_RATE_MINUTES,
         },
     }
 

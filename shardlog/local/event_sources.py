@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
 from shardlog.local.poller import LambdaContext
@@ -155,7 +156,9 @@ class DynamoDbStreamSource:
         for shard in description["Shards"]:
             if shard["ShardId"] not in self._iterators:
                 self._iterators[shard["ShardId"]] = self.streams.get_shard_iterator(
-                    StreamArn=self.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="LATEST"
+                    StreamArn=self.stream_arn,
+                    ShardId=shard["ShardId"],
+                    ShardIteratorType=C.WAKER_STARTING_POSITION,
                 )["ShardIterator"]
 
     def poll_once(self) -> int:

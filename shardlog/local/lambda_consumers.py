@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
@@ -29,9 +30,10 @@ from shardlog.lambda_consumer.wake import wake_queue_name
 from shardlog.local.event_sources import DynamoDbStreamSource, SqsEventSource
 
 Function = Callable[[dict[str, Any], Any], Any]
-RUNNER_TIMEOUT_MS = 900_000  # as the runner Lambda's own timeout on AWS
-WAKE_MAX_RECEIVES = 5  # then the wake goes to the wake queue's dead-letter queue
-DEFAULT_SWEEP_INTERVAL_MS = 60_000
+# As the stack builds them (tests/infra/test_parity.py holds the two together).
+RUNNER_TIMEOUT_MS = C.LAMBDA_CONSUMER_RUNNER_TIMEOUT_S * 1000
+WAKE_VISIBILITY_TIMEOUT_S = C.LAMBDA_CONSUMER_RUNNER_TIMEOUT_S + 60
+DEFAULT_SWEEP_INTERVAL_MS = C.LAMBDA_CONSUMER_SWEEP_RATE_MINUTES * 60_000
 
 
 @dataclass(frozen=True)
@@ -132,8 +134,8 @@ class LocalLambdaConsumers:
                 self.wake_queues[name],
                 handler,
                 function_name=f"shardlog-consumer-{_safe(name)}",
-                batch_size=1,
-                visibility_timeout_s=RUNNER_TIMEOUT_MS // 1000 + 30,
+                batch_size=C.LAMBDA_CONSUMER_WAKE_BATCH_SIZE,
+                visibility_timeout_s=WAKE_VISIBILITY_TIMEOUT_S,
                 timeout_ms=RUNNER_TIMEOUT_MS,
                 clock=self.clock,
             )
@@ -145,7 +147,11 @@ class LocalLambdaConsumers:
         self.waker = create_waker(waker_settings, self.config.clients(), self.clock)
         self._enable_stream()
         self.stream = DynamoDbStreamSource(
-            self.clients, self.config.partitions_table, self.waker, function_name="shardlog-waker"
+            self.clients,
+            self.config.partitions_table,
+            self.waker,
+            function_name="shardlog-waker",
+            batch_size=C.WAKER_BATCH_SIZE,
         ).start()
         return self
 
@@ -159,10 +165,11 @@ class LocalLambdaConsumers:
             QueueName=wake_queue_name(group),
             Attributes={
                 "FifoQueue": "true",
+                "VisibilityTimeout": str(WAKE_VISIBILITY_TIMEOUT_S),
                 "RedrivePolicy": json.dumps(
                     {
                         "deadLetterTargetArn": self._queue_arn(dlq),
-                        "maxReceiveCount": str(WAKE_MAX_RECEIVES),
+                        "maxReceiveCount": str(C.LAMBDA_CONSUMER_WAKE_MAX_RECEIVES),
                     }
                 ),
             },

@@ -21,12 +21,28 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STRICT_VALIDATION_FLAG = "@aws-cdk/core:annotationsInValidationReport"
 # Synth requires an alarm subscriber (or an explicit opt-out); the tests' stacks have one.
 TEST_ALARM_EMAIL = "alarms@example.com"
+# Two Lambda consumer groups: one function by ARN with the default on-failure queue, one by
+# name with an SNS destination, so the template holds every kind of resource they make.
+TEST_LAMBDA_CONSUMERS = [
+    {
+        "group": "invoices",
+        "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:invoices",
+        "batchSize": 50,
+    },
+    {
+        "group": "audit",
+        "functionName": "audit-consumer",
+        "onFailureDestination": "arn:aws:sns:us-east-1:123456789012:audit-failures",
+        "maximumRetryAttempts": -1,
+    },
+]
 
 
 def cdk_context(**overrides: Any) -> dict[str, Any]:
     context: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
     context[STRICT_VALIDATION_FLAG] = False
     context[IC.CTX_ALARM_EMAIL] = TEST_ALARM_EMAIL
+    context[IC.CTX_LAMBDA_CONSUMERS] = TEST_LAMBDA_CONSUMERS
     context.update(overrides)
     return context
 
@@ -43,6 +59,16 @@ class Synthesized:
 
     def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
         return {k: dict(v) for k, v in self.template.find_resources(resource_type).items()}
+
+    def ingest_mapping(self) -> dict[str, Any]:
+        """The event source mapping of the ingest Lambda (Kinesis), among all the stack's."""
+        target = self.logical_id(self.stack.ingest.function)
+        (mapping,) = [
+            m
+            for m in self.resources("AWS::Lambda::EventSourceMapping").values()
+            if m["Properties"]["FunctionName"] == {"Ref": target}
+        ]
+        return mapping
 
     def logical_id(self, construct: IConstruct) -> str:
         """The logical id of a construct's CloudFormation resource (its default child)."""

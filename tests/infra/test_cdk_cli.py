@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from infra import constants as IC
-from tests.infra.cdk_synth import REPO_ROOT, TEST_ALARM_EMAIL, Synthesized
+from tests.infra.cdk_synth import (
+    REPO_ROOT,
+    TEST_ALARM_EMAIL,
+    TEST_LAMBDA_CONSUMERS,
+    Synthesized,
+)
 
 CDK_BIN = REPO_ROOT / "node_modules" / ".bin" / "cdk"
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
@@ -67,7 +72,11 @@ def _cdk_synth(outdir: Path, *context: str) -> subprocess.CompletedProcess[str]:
 def cli_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     outdir = tmp_path_factory.mktemp("cli.cdk.out")
     # cdk.json names no alarm subscriber on purpose: synth must be told who hears alarms.
-    result = _cdk_synth(outdir, f"{IC.CTX_ALARM_EMAIL}={TEST_ALARM_EMAIL}")
+    result = _cdk_synth(
+        outdir,
+        f"{IC.CTX_ALARM_EMAIL}={TEST_ALARM_EMAIL}",
+        f"{IC.CTX_LAMBDA_CONSUMERS}={json.dumps(TEST_LAMBDA_CONSUMERS)}",
+    )
     assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
     return outdir
 

@@ -4,27 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk.assertions import Match, Template
+from aws_cdk.assertions import Match
 
 from infra import constants as IC
 from shardlog import constants as C
 from tests.infra.cdk_synth import Synthesized
 
 
-def _event_source(template: Template) -> dict[str, Any]:
-    (mapping,) = template.find_resources("AWS::Lambda::EventSourceMapping").values()
-    return mapping["Properties"]  # type: ignore[no-any-return]
+def _event_source(synth: Synthesized) -> dict[str, Any]:
+    return synth.ingest_mapping()["Properties"]  # type: ignore[no-any-return]
 
 
 def test_event_source_reads_the_stream_into_the_ingest_function(synth: Synthesized) -> None:
-    props = _event_source(synth.template)
+    props = _event_source(synth)
     ingest, storage = synth.stack.ingest, synth.stack.storage
     assert props["FunctionName"] == {"Ref": synth.logical_id(ingest.function)}
     assert props["EventSourceArn"] == {"Fn::GetAtt": [synth.logical_id(storage.stream), "Arn"]}
 
 
 def test_event_source_retries_until_just_before_the_stream_trims(synth: Synthesized) -> None:
-    props = _event_source(synth.template)
+    props = _event_source(synth)
     assert props["MaximumRetryAttempts"] == -1
     # Given up (and reported to the failure queue) before the stream trims the records: a
     # trimmed record would vanish without a trace, a given-up one can still be replayed.
@@ -39,14 +38,14 @@ def test_event_source_retries_until_just_before_the_stream_trims(synth: Synthesi
     assert props["ParallelizationFactor"] == 1
 
 
-def test_event_source_has_no_partial_batch_responses(template: Template) -> None:
+def test_event_source_has_no_partial_batch_responses(synth: Synthesized) -> None:
     # The handler commits all or nothing and raises; ReportBatchItemFailures would let
     # Lambda checkpoint past records that were never committed.
-    assert "FunctionResponseTypes" not in _event_source(template)
+    assert "FunctionResponseTypes" not in _event_source(synth)
 
 
 def test_expired_records_go_to_an_encrypted_queue(synth: Synthesized) -> None:
-    props = _event_source(synth.template)
+    props = _event_source(synth)
     queue_id = synth.logical_id(synth.stack.ingest.failure_queue)
     assert props["DestinationConfig"] == {
         "OnFailure": {"Destination": {"Fn::GetAtt": [queue_id, "Arn"]}}
@@ -86,6 +85,8 @@ def test_functions_use_the_pinned_runtime_and_powertools_layer(synth: Synthesize
         IC.SHARD_SYNC_HANDLER,
         IC.PRODUCER_API_HANDLER,
         IC.SPARK_TRIGGER_HANDLER,
+        IC.LAMBDA_CONSUMER_HANDLER,  # one per Lambda consumer group of the tests' context
+        IC.CONSUMER_WAKER_HANDLER,
     }
     for handler, props in ours.items():
         assert props["Runtime"] == IC.LAMBDA_PYTHON_RUNTIME, handler
@@ -140,6 +141,6 @@ def test_shard_sync_runs_on_the_configured_schedule(synth: Synthesized) -> None:
 
 
 def test_event_source_waits_for_its_permissions(synth: Synthesized) -> None:
-    (mapping,) = synth.resources("AWS::Lambda::EventSourceMapping").values()
+    mapping = synth.ingest_mapping()
     policy = synth.stack.ingest.ingest.role.node.find_child("DefaultPolicy")
     assert synth.logical_id(policy) in mapping.get("DependsOn", [])

@@ -27,13 +27,17 @@ def _only(resources: Mapping[str, Any], what: str) -> dict[str, Any]:
     return next(iter(resources.values()))["Properties"]  # type: ignore[no-any-return]
 
 
-def _table(template: Template, hash_key: str) -> dict[str, Any]:
+def _table_props(template: Template, hash_key: str) -> dict[str, Any]:
     tables = {
         logical_id: table
         for logical_id, table in template.find_resources("AWS::DynamoDB::Table").items()
         if table["Properties"]["KeySchema"][0]["AttributeName"] == hash_key
     }
-    props = _only(tables, f"table with hash key {hash_key}")
+    return _only(tables, f"table with hash key {hash_key}")
+
+
+def _table(template: Template, hash_key: str) -> dict[str, Any]:
+    props = _table_props(template, hash_key)
     return {
         "KeySchema": props["KeySchema"],
         "AttributeDefinitions": sorted(
@@ -44,9 +48,16 @@ def _table(template: Template, hash_key: str) -> dict[str, Any]:
 
 def synthesized_resource_specs(template: Template) -> dict[str, dict[str, Any]]:
     """Table key schemas and ingest event-source settings, as plain data."""
-    event_source = _only(
-        template.find_resources("AWS::Lambda::EventSourceMapping"), "event source mapping"
-    )
+    kinesis = {
+        logical_id: mapping
+        for logical_id, mapping in template.find_resources(
+            "AWS::Lambda::EventSourceMapping"
+        ).items()
+        if "StartingPosition" in mapping["Properties"]
+        and "Stream" in str(mapping["Properties"]["EventSourceArn"])
+        and "StreamArn" not in str(mapping["Properties"]["EventSourceArn"])
+    }
+    event_source = _only(kinesis, "Kinesis event source mapping")
     return {
         "partitions_table": _table(template, C.ATTR_PARTITION_ID),
         "consumers_table": _table(template, C.ATTR_CONSUMER_GROUP),
@@ -107,7 +118,9 @@ def test_handlers_get_settings_through_the_shared_env_names(synth: Synthesized) 
     )
 
 
-def test_local_runtime_creates_what_the_stack_synthesizes(template: Template) -> None:
+def test_local_runtime_creates_what_the_stack_synthesizes(
+    synth: Synthesized, template: Template
+) -> None:
     """The embedded AWS's resources (shardlog.local.embedded.resource_specs) equal the stack's."""
     from shardlog.config import ShardlogConfig
     from shardlog.local.embedded import resource_specs
@@ -120,8 +133,36 @@ def test_local_runtime_creates_what_the_stack_synthesizes(template: Template) ->
             sorted(local[table]["AttributeDefinitions"], key=lambda a: a["AttributeName"])
             == synthesized[table]["AttributeDefinitions"]
         )
-    mapping = _only(
-        template.find_resources("AWS::Lambda::EventSourceMapping"), "event source mapping"
-    )
+    mapping = synth.ingest_mapping()["Properties"]
     for key, value in local["event_source"].items():
         assert mapping[key] == value, key
+    assert (
+        local["partitions_table"]["StreamSpecification"]["StreamViewType"]
+        == (_table_props(template, C.ATTR_PARTITION_ID)["StreamSpecification"]["StreamViewType"])
+    )
+
+
+def test_local_lambda_consumers_match_the_stack(synth: Synthesized) -> None:
+    """Wake queues, their event sources, the waker's stream source and the sweep: the local
+    runtime (shardlog.local.lambda_consumers) emulates what the stack builds."""
+    from shardlog.config import ShardlogConfig
+    from shardlog.local.embedded import resource_specs
+
+    local = resource_specs(ShardlogConfig(), shard_count=4)["lambda_consumers"]
+    consumers = synth.stack.lambda_consumers
+    mappings = synth.resources("AWS::Lambda::EventSourceMapping")
+    queues = synth.resources("AWS::SQS::Queue")
+    functions = synth.resources("AWS::Lambda::Function")
+    for group in consumers.groups.values():
+        wake = mappings[synth.logical_id(group.event_source)]["Properties"]
+        assert {k: wake[k] for k in local["wake_event_source"]} == local["wake_event_source"]
+        queue = queues[synth.logical_id(group.wake_queue)]["Properties"]
+        assert queue["FifoQueue"] is local["wake_queue"]["FifoQueue"]
+        assert queue["VisibilityTimeout"] == local["wake_queue"]["VisibilityTimeout"]
+        assert queue["RedrivePolicy"]["maxReceiveCount"] == local["wake_queue"]["maxReceiveCount"]
+        runner = functions[synth.logical_id(group.runner.function)]["Properties"]
+        assert runner["Timeout"] == local["runner_timeout_s"]
+    stream = mappings[synth.logical_id(consumers.stream_source)]["Properties"]
+    assert {k: stream[k] for k in local["stream_event_source"]} == local["stream_event_source"]
+    rule = synth.resources("AWS::Events::Rule")[synth.logical_id(consumers.sweep)]["Properties"]
+    assert rule["ScheduleExpression"] == f"rate({local['sweep_rate_minutes']} minute)"
