@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +13,8 @@ from typing import Any
 
 from shardlog import constants as C
 from shardlog.api_client import ApiClient
+from shardlog.lambda_consumer.settings import LambdaConsumerSettings
+from shardlog.local.lambda_consumers import LocalGroup
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
 from shardlog.producer import Producer, ProducerRecord, PutFailure
@@ -30,6 +34,7 @@ class DemoReport:
     elapsed_s: float
     violations: list[str]
     via_api: int = 0  # records put through the producer HTTP API (the rest: the SDK)
+    lambda_consumer_records: int = 0  # delivered to the demo's Lambda consumer group
     analytics: dict[str, Any] | None = None  # the Spark analytics summary (demo --spark)
 
     @property
@@ -57,6 +62,7 @@ class DemoReport:
             "recordsPerSecond": round(self.records_per_s, 1),
             "violations": self.violations,
             "recordsViaApi": self.via_api,
+            "lambdaConsumerRecords": self.lambda_consumer_records,
             "analytics": self.analytics,
         }
 
@@ -123,10 +129,12 @@ def run_demo(
     expected = {r.partition_key: 0 for r in plan}
     for r in plan:
         expected[r.partition_key] += 1
+    consumer = DemoLambdaConsumer()
     runtime = LocalRuntime(
         shard_count=shards,
         segment_max_records=segment_max_records,
         event_source=EventSourceSettings(batching_window_ms=250),
+        lambda_consumers=[consumer.group()],
     )
     with runtime:
         log(f"embedded AWS at {runtime.config.endpoint_url}, {shards} shards")
@@ -161,6 +169,13 @@ def run_demo(
         if not ended:
             report.violations.append("closed partitions did not reach ENDED")
         report.violations += [f"the API did not put a record: {f}" for f in api_failures[:20]]
+        delivered = runtime.wait_until(lambda: consumer.records >= records, timeout_s)
+        log(f"Lambda consumer group {DEMO_GROUP!r} got {consumer.records} records")
+        if not delivered:
+            report.violations.append(
+                f"the Lambda consumer group got {consumer.records} of {records} records"
+            )
+        report.violations += consumer.violations(expected)
         analytics = None
         elapsed_s = time.monotonic() - started  # the Spark jobs are timed apart (log)
         if spark:  # compaction, then analytics: StartJobRun on the embedded EMR Serverless
@@ -179,8 +194,43 @@ def run_demo(
             elapsed_s=elapsed_s,
             violations=report.violations,
             via_api=sum(_via_api(r.partition_key) for r in plan),
+            lambda_consumer_records=consumer.records,
             analytics=analytics,
         )
+
+
+DEMO_GROUP = "demo-lambda"
+
+
+class DemoLambdaConsumer:
+    """The demo's Lambda consumer group: a function that notes each record's key and per-key
+    counter, so the demo checks it got every record once, each key in produce order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: dict[str, list[int]] = {}
+        self.records = 0
+
+    def group(self) -> LocalGroup:
+        settings = LambdaConsumerSettings(group=DEMO_GROUP, function_name="demo", batch_size=500)
+        return LocalGroup(settings, self.handle, "shardlog.demo:DemoLambdaConsumer.handle")
+
+    def handle(self, event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        with self.lock:
+            for record in event["Records"]:
+                body = json.loads(base64.b64decode(record["kinesis"]["data"]))
+                self.seen.setdefault(body["k"], []).append(body["n"])
+                self.records += 1
+        return {"batchItemFailures": []}
+
+    def violations(self, expected: dict[str, int]) -> list[str]:
+        wrong = [
+            f"Lambda consumer: key {key} got {self.seen.get(key, [])[:5]}..., "
+            f"expected 0..{count - 1} in order"
+            for key, count in expected.items()
+            if self.seen.get(key, []) != list(range(count))
+        ]
+        return wrong[:20]
 
 
 def _via_api(partition_key: str) -> bool:

@@ -20,9 +20,10 @@ from shardlog.config import ShardlogConfig
 from shardlog.consumer.multilang import MultiLangSettings, multilang_factory
 from shardlog.consumer.positions import InitialPosition, StartPosition
 from shardlog.consumer.settings import ConsumerSettings, validate_group
-from shardlog.consumer.status import group_progress
+from shardlog.consumer.status import group_kind, group_progress, lag_ms
 from shardlog.consumer.worker import Worker
 from shardlog.exceptions import ValidationError
+from shardlog.reader import LogReader
 from shardlog.tables import Tables
 
 _DEFAULTS = ConsumerSettings()
@@ -279,12 +280,28 @@ def echo_group_status(config: ShardlogConfig, group: str, as_json: bool) -> None
         validate_group(group)
     except ValidationError as exc:
         raise click.BadParameter(str(exc)) from None
-    rows = group_progress(Tables(config.clients(), config.tables), group, SystemClock().now_ms())
+    clients = config.clients()
+    tables = Tables(clients, config.tables)
+    now = SystemClock().now_ms()
+    rows = group_progress(tables, group, now)
+    reader = LogReader(clients, config.bucket, config.tables, prefetch=1)
+    ages = {row.partition_id: lag_ms(reader, row, now) for row in rows}
+    kind = group_kind(tables, group)
     if as_json:
-        click.echo(json.dumps([row.as_json() for row in rows], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    {**row.as_json(), "lagMs": ages[row.partition_id], "groupKind": kind}
+                    for row in rows
+                ],
+                indent=2,
+            )
+        )
         return
+    click.echo(f"consumer group {group} ({'a Lambda function' if kind == 'lambda' else kind})")
     click.echo(
-        f"{'partition':<22} {'state':<7} {'next_seq':>9} {'checkpoint':>10} {'lag':>7}  owner"
+        f"{'partition':<22} {'state':<7} {'next_seq':>9} {'checkpoint':>10} {'lag':>7} "
+        f"{'lag ms':>9}  owner"
     )
     for row in rows:
         owner = row.owner or "-"
@@ -297,5 +314,5 @@ def echo_group_status(config: ShardlogConfig, group: str, as_json: bool) -> None
             checkpoint += f"/{row.checkpoint_subseq}"
         click.echo(
             f"{row.partition_id:<22} {row.state:<7} {row.next_seq:>9} {checkpoint:>10} "
-            f"{row.lag_records:>7}  {owner}"
+            f"{row.lag_records:>7} {ages[row.partition_id]:>9}  {owner}"
         )

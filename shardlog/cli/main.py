@@ -18,7 +18,7 @@ from shardlog import constants as C
 from shardlog.cli.consume import consume, echo_group_status
 from shardlog.cli.errors import DEBUG_OPTION, ShardlogGroup
 from shardlog.config import ShardlogConfig
-from shardlog.exceptions import ValidationError
+from shardlog.exceptions import ShardlogError, ValidationError
 from shardlog.producer import Outcome, Producer, PutResult, iter_json_records, validate_record
 from shardlog.reader import LogReader
 from shardlog.shardsync import ShardSync
@@ -119,6 +119,8 @@ def demo(
         f"{'verified' if report.ok else 'VIOLATED'}\n"
         f"  ingest AWS requests per 1,000 records: {report.requests_per_1000:.2f}\n"
         f"  through the producer HTTP API: {report.via_api} records (the rest: the SDK)\n"
+        f"  Lambda consumer group: {report.lambda_consumer_records} records, each once, "
+        f"each key in order\n"
         f"  elapsed {report.elapsed_s:.1f}s, {report.records_per_s:.0f} records/s"
     )
     if report.analytics:
@@ -155,11 +157,27 @@ def local() -> None:
     default=None,
     help="Stop by itself after this long (default: until interrupted).",
 )
+@click.option(
+    "--lambda-consumer",
+    "lambda_consumers",
+    multiple=True,
+    metavar="GROUP=MODULE:FUNCTION",
+    callback=lambda _ctx, _param, specs: _lambda_groups(specs),
+    help="Run a Lambda consumer group in-process: FUNCTION(event, context) of MODULE "
+    "(importable from the current directory) gets the group's batches as Kinesis events. "
+    "Repeatable.",
+)
 @click.pass_context
 def local_up(
-    ctx: click.Context, port: int, shards: int, api_port: int, max_seconds: float | None
+    ctx: click.Context,
+    port: int,
+    shards: int,
+    api_port: int,
+    max_seconds: float | None,
+    lambda_consumers: list[Any],
 ) -> None:
-    """Start the embedded AWS and the producer HTTP API on 127.0.0.1; ingest until interrupted."""
+    """Start the embedded AWS, the producer HTTP API and any Lambda consumer groups on
+    127.0.0.1; ingest (and consume) until interrupted."""
     from shardlog.local.runtime import LocalRuntime
 
     state_file = ctx.find_root().params["state_file"]
@@ -176,6 +194,7 @@ def local_up(
         shard_count=shards,
         state_file=state_file,
         api_port=api_port,
+        lambda_consumers=lambda_consumers,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -183,11 +202,33 @@ def local_up(
         runtime.run_in_background()
         click.echo(f"embedded AWS at {runtime.config.endpoint_url}")
         click.echo(f"producer API at {runtime.config.extra['apiUrl']} (Swagger UI: /docs)")
+        for group, state in runtime.config.extra.get("lambdaConsumers", {}).items():
+            click.echo(
+                f"Lambda consumer group {group} -> {state['function']}; "
+                f"on-failure queue {state['onFailureQueueUrl']}"
+            )
         click.echo(f"state written to {state_file}: " + json.dumps(runtime.config.to_json()))
         click.echo("ingesting; Ctrl-C to stop")
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait(max_seconds)
     click.echo("stopped")
+
+
+def _lambda_groups(specs: tuple[str, ...]) -> list[Any]:
+    """Each GROUP=MODULE:FUNCTION resolved now: a bad one is a usage error before anything
+    starts, not a failure at the first record."""
+    from shardlog.local.lambda_consumers import parse_group
+
+    groups = []
+    for spec in specs:
+        try:
+            groups.append(parse_group(spec))
+        except ShardlogError as exc:
+            raise click.BadParameter(str(exc), param_hint="--lambda-consumer") from None
+    names = [g.settings.group for g in groups]
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"a group is named twice: {names}", param_hint="--lambda-consumer")
+    return groups
 
 
 @cli.command()

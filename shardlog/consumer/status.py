@@ -7,7 +7,8 @@ from typing import Any
 
 from shardlog import constants as C
 from shardlog.partitions import lineage_known, parents_done
-from shardlog.tables import Tables
+from shardlog.reader import LogReader
+from shardlog.tables import Tables, consumer_key
 
 
 @dataclass(frozen=True)
@@ -71,3 +72,24 @@ def group_progress(tables: Tables, group: str, now_ms: int) -> list[PartitionPro
             )
         )
     return rows
+
+
+def lag_ms(reader: LogReader, row: PartitionProgress, now_ms: int) -> int:
+    """How old (by Kinesis arrival) the partition's oldest undelivered record is: the
+    group's IteratorAge on the log. 0 when it is caught up (one read when it is not)."""
+    if row.lag_records <= 0:
+        return 0
+    start = int(row.checkpoint) if row.checkpoint and row.checkpoint.isdigit() else 0
+    first = next(iter(reader.records(row.partition_id, start, start + 1)), None)
+    return max(0, now_ms - first.arrival_ms) if first is not None else 0
+
+
+def group_kind(tables: Tables, group: str) -> str:
+    """ "lambda" for a Lambda consumer group (its "$group" item says so), else "workers"."""
+    response = tables.clients.dynamodb.get_item(
+        TableName=tables.names.consumers,
+        Key=consumer_key(group, C.GROUP_ITEM_ID),
+        ConsistentRead=True,
+    )
+    kind = response.get("Item", {}).get(C.ATTR_GROUP_KIND, {}).get("S")
+    return str(kind) if kind else "workers"

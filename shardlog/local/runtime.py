@@ -1,9 +1,10 @@
-"""The whole system on one machine: embedded AWS, ingest handler, poller, shard sync."""
+"""The whole system on one machine: embedded AWS, ingest handler, poller, shard sync, the
+producer HTTP API and Lambda consumer groups."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.http_api import LocalApiServer
+from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
 from shardlog.local.poller import EventSourcePoller, EventSourceSettings
 from shardlog.local.quiet import quiet_powertools
 from shardlog.shardsync import ShardSync
@@ -34,7 +36,10 @@ class LocalRuntime:
         clock: Clock | None = None,
         state_file: str | Path | None = None,
         api_port: int | None = 0,  # the producer HTTP API; 0 = a free port, None = none
+        lambda_consumers: Sequence[LocalGroup] = (),  # `--lambda-consumer GROUP=MODULE:FUNCTION`
     ) -> None:
+        self.lambda_groups = list(lambda_consumers)
+        self.lambda_consumers: LocalLambdaConsumers | None = None
         self.api_port = api_port
         self.api: LocalApiServer | None = None
         self.base_config = config or ShardlogConfig()
@@ -76,6 +81,14 @@ class LocalRuntime:
             self.api = LocalApiServer(self._build_api_handler(), port=self.api_port)
             api_url = self.api.start()
             self.config = replace(self.config, extra={**self.config.extra, "apiUrl": api_url})
+        if self.lambda_groups:
+            self.lambda_consumers = LocalLambdaConsumers(
+                self.clients, self.config, self.lambda_groups, clock=self.clock
+            ).start()
+            state = self.lambda_consumers.state()
+            self.config = replace(
+                self.config, extra={**self.config.extra, "lambdaConsumers": state}
+            )
         if self.state_file is not None:
             self.config.write(self.state_file)
         return self
@@ -116,6 +129,8 @@ class LocalRuntime:
             target=self.poller.run, args=(self._stop,), name="shardlog-poller", daemon=True
         )
         self._thread.start()
+        if self.lambda_consumers is not None:
+            self.lambda_consumers.run_in_background(self._stop)
 
     def wait_until(self, done: Callable[[], bool], timeout_s: float, poll_s: float = 0.1) -> bool:
         """Wait (bounded) until ``done()``; polls the poller itself when no thread runs it."""
@@ -125,6 +140,8 @@ class LocalRuntime:
                 return True
             if self._thread is None:
                 self.poller.poll_once()
+                if self.lambda_consumers is not None:
+                    self.lambda_consumers.poll_once()
             else:
                 self._stop.wait(poll_s)
         return done()
@@ -134,6 +151,8 @@ class LocalRuntime:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        if self.lambda_consumers is not None:
+            self.lambda_consumers.join(timeout_s=30)
         if self.api is not None:
             self.api.shutdown()
             self.api = None
