@@ -23,6 +23,7 @@ from infra.functions import FunctionSpec, ShardlogFunction, encrypted_log_group
 from infra.settings import StackSettings
 from infra.storage import Storage, name_in_key_policy
 from shardlog import constants as C
+from shardlog import idempotence
 
 STAGE_NAME = "api"
 PRODUCER_KINESIS_ACTIONS = ["kinesis:PutRecord", "kinesis:PutRecords"]
@@ -65,6 +66,14 @@ RECORDS_REQUEST_SCHEMA = apigw.JsonSchema(
                         type=apigw.JsonSchemaType.STRING,
                         pattern=C.EXPLICIT_HASH_KEY_PATTERN,
                     ),
+                    # Idempotent produce (docs/API.md): the handler checks the rest.
+                    "recordId": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.STRING,
+                        min_length=1,
+                        max_length=idempotence.RECORD_ID_MAX_BYTES,
+                        pattern=idempotence.RECORD_ID_PATTERN,
+                    ),
+                    "resent": apigw.JsonSchema(type=apigw.JsonSchemaType.BOOLEAN),
                 },
             ),
         )

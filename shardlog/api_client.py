@@ -37,7 +37,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from json.encoder import encode_basestring_ascii
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -140,6 +140,8 @@ def wire_record(record: ProducerRecord) -> dict[str, Any]:
         entry["explicitHashKey"] = record.explicit_hash_key
     if record.record_id is not None:
         entry["recordId"] = record.record_id
+    if record.resent:
+        entry["resent"] = True
     return entry
 
 
@@ -151,6 +153,8 @@ def wire_size(record: ProducerRecord) -> int:
         size += len(',"explicitHashKey":""') + len(record.explicit_hash_key)
     if record.record_id is not None:
         size += len(',"recordId":""') + len(record.record_id)
+    if record.resent:
+        size += len(',"resent":true')
     return size
 
 
@@ -277,6 +281,9 @@ class ApiClient:
                 tried = f"{attempt} request" + ("" if attempt == 1 else "s")
                 final = PutFailure(failure.error_code, f"{failure.error_message} ({tried})")
                 return [final] * len(chunk)
+            if failure.may_be_in_the_stream:  # they may be in: ingest must look the ids up
+                chunk = [replace(record, resent=True) for record in chunk]
+                body = encode_body(chunk)
             self.clock.sleep(min(wait_s, self.max_retry_after_s))
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -151,6 +151,11 @@ EXPLICIT_HASH_KEY_PATTERN: Final = r"^(0|[1-9][0-9]{0,38})$"
 KINESIS_SEQUENCE_MAX_DIGITS: Final = 128
 
 DEFAULT_LEASE_DURATION_MS: Final = 60_000
+# Idempotent produce: a resent record is looked up among the records of its partition that
+# arrived at most this long before it (docs/FORMAT.md, section 9).
+DEFAULT_DEDUPE_WINDOW_S: Final = 600
+ENV_DEDUPE_WINDOW_S: Final = "SHARDLOG_DEDUPE_WINDOW_S"
+METRIC_RECORDS_DEDUPLICATED: Final = "RecordsDeduplicated"
 DEFAULT_SEGMENT_MAX_RECORDS: Final = 10_000
 DEFAULT_SEGMENT_MAX_BYTES: Final = 16 * MIB
 

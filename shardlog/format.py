@@ -1,7 +1,9 @@
-"""Segment format, version 1: the bytes of one S3 object of the log.
+"""Segment format, versions 1 and 2: the bytes of one S3 object of the log.
 
 docs/FORMAT.md is the specification; this module is its reference implementation
 and uses only the standard library, so any Python (or any language) can decode it.
+Version 2 is version 1 with a record id after each record's data (idempotent produce);
+a writer writes version 1 whenever no record of the segment has an id.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from dataclasses import dataclass
 
 from shardlog import constants as C
 from shardlog.exceptions import SegmentFormatError
+from shardlog.idempotence import open_envelope
 
 MAGIC = b"SHLG"
 VERSION = 1
+VERSION_WITH_RECORD_IDS = 2
+VERSIONS = (VERSION, VERSION_WITH_RECORD_IDS)
+_RECORD_ID_LEN = struct.Struct(">B")
 _HEADER_FIXED = struct.Struct(">4sBBH")  # magic, version, flags, partition id length
 _HEADER_TAIL = struct.Struct(">QIQ")  # first seq, record count, written at (epoch ms)
 _RECORD_SEQ_LEN = struct.Struct(">B")
@@ -27,12 +33,32 @@ _MAX_SEQ = 2**64 - 1
 
 @dataclass(frozen=True, slots=True)
 class IncomingRecord:
-    """A Kinesis record on its way into the log."""
+    """A Kinesis record on its way into the log. ``record_id``: the producer-assigned id of
+    an idempotent produce (its envelope opened: ``data`` is the payload); ``resent``: the
+    producer sent it again after an unknown outcome, so ingest looks the id up first."""
 
     partition_key: str
     data: bytes
     kinesis_sequence_number: str
     arrival_ms: int
+    record_id: str | None = None
+    resent: bool = False
+
+    @classmethod
+    def from_kinesis(
+        cls, partition_key: str, data: bytes, kinesis_sequence_number: str, arrival_ms: int
+    ) -> IncomingRecord:
+        """A Kinesis record, its idempotence envelope (if any) opened: the log keeps the
+        payload as the data, and the record id (shardlog/idempotence.py)."""
+        envelope = open_envelope(data)
+        return cls(
+            partition_key,
+            envelope.payload,
+            kinesis_sequence_number,
+            arrival_ms,
+            envelope.record_id,
+            envelope.resent,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +71,7 @@ class LogRecord:
     data: bytes
     kinesis_sequence_number: str
     arrival_ms: int
+    record_id: str | None = None  # the producer's id, for an idempotent produce
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +94,7 @@ def encoded_record_size(record: IncomingRecord) -> int:
         + len(record.partition_key.encode("utf-8"))
         + _RECORD_DATA_LEN.size
         + len(record.data)
+        + (0 if record.record_id is None else _RECORD_ID_LEN.size + len(record.record_id))
     )
 
 
@@ -101,8 +129,9 @@ def encode_segment(
     if first_seq < 0 or first_seq + len(records) > _MAX_SEQ:
         raise ValueError(f"first_seq {first_seq} out of range")
     pid = partition_id.encode("utf-8")
+    with_ids = any(record.record_id is not None for record in records)
     parts = [
-        _HEADER_FIXED.pack(MAGIC, VERSION, 0, len(pid)),
+        _HEADER_FIXED.pack(MAGIC, VERSION_WITH_RECORD_IDS if with_ids else VERSION, 0, len(pid)),
         pid,
         _HEADER_TAIL.pack(first_seq, len(records), written_at_ms),
     ]
@@ -119,6 +148,11 @@ def encode_segment(
             _RECORD_DATA_LEN.pack(len(record.data)),
             record.data,
         ]
+        if with_ids:
+            record_id = (record.record_id or "").encode("ascii")
+            if len(record_id) > 255:
+                raise ValueError(f"record id {record.record_id!r} is longer than 255 bytes")
+            parts += [_RECORD_ID_LEN.pack(len(record_id)), record_id]
     body = b"".join(parts)
     return body + _TRAILER.pack(zlib.crc32(body))
 
@@ -161,8 +195,10 @@ def decode_segment(blob: bytes) -> Segment:
     (stored_crc,) = _TRAILER.unpack(blob[body_end:])
     cursor = _Cursor(blob, body_end)
     _, version, flags, pid_len = cursor.unpack(_HEADER_FIXED, "header")
-    if version != VERSION:
-        raise SegmentFormatError(f"unsupported segment version {version} (this reads {VERSION})")
+    if version not in VERSIONS:
+        raise SegmentFormatError(
+            f"unsupported segment version {version} (this reads {', '.join(map(str, VERSIONS))})"
+        )
     if flags != 0:
         raise SegmentFormatError(f"unsupported segment flags {flags:#04x}")
     actual_crc = zlib.crc32(cursor.view[:body_end])
@@ -187,7 +223,14 @@ def decode_segment(blob: bytes) -> Segment:
         key = _text(cursor.take(key_len, what), "utf-8", what)
         (data_len,) = cursor.unpack(_RECORD_DATA_LEN, f"record {index}")
         data = bytes(cursor.take(data_len, f"record {index} data"))
-        records.append(LogRecord(partition_id, first_seq + index, key, data, kseq, arrival_ms))
+        record_id = None
+        if version == VERSION_WITH_RECORD_IDS:
+            (id_len,) = cursor.unpack(_RECORD_ID_LEN, f"record {index}")
+            what = f"record {index} record id"
+            record_id = _text(cursor.take(id_len, what), "ascii", what) or None
+        records.append(
+            LogRecord(partition_id, first_seq + index, key, data, kseq, arrival_ms, record_id)
+        )
     if cursor.pos != body_end:
         raise SegmentFormatError(f"{body_end - cursor.pos} unexpected bytes after the last record")
     return Segment(partition_id, first_seq, written_at_ms, tuple(records))

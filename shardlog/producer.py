@@ -36,7 +36,7 @@ import json
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -186,13 +186,15 @@ class ProducerRecord:
     data: bytes  # the payload; with a record id it travels in an idempotence envelope
     explicit_hash_key: str | None = None
     record_id: str | None = None
+    # Sent again after an unknown outcome (only with a record id): ingest looks the id up.
+    resent: bool = False
 
     @property
     def wire_data(self) -> bytes:
         """The bytes Kinesis stores: the payload, in its envelope when it has a record id."""
         if self.record_id is None:
             return self.data
-        return idempotence.wrap(self.record_id, self.data)
+        return idempotence.wrap(self.record_id, self.data, resent=self.resent)
 
     @property
     def size(self) -> int:
@@ -276,7 +278,9 @@ def prepare_records(
     ``record_ids`` each record that has no id given a new one."""
     out = []
     for index, record in enumerate(records):
+        resent = False
         if isinstance(record, ProducerRecord):
+            resent = record.resent and record.record_id is not None
             record = (
                 record.partition_key,
                 record.data,
@@ -287,7 +291,7 @@ def prepare_records(
         if record_ids is not None and valid.record_id is None:
             key, data, hash_key = valid.partition_key, valid.data, valid.explicit_hash_key
             valid = validate_record(key, data, hash_key, record_ids.next(), index=index)
-        out.append(valid)
+        out.append(replace(valid, resent=True) if resent else valid)
     return out
 
 
@@ -465,6 +469,10 @@ class Producer:
                 for item in queue:
                     outcomes[item.index] = held_back(self._final(stop))
                 return [o for o in outcomes if o is not None], stop.cause
+            for item in retrying:
+                assert item.failure is not None
+                if item.failure.may_be_in_the_stream:  # it may be in: ingest must look it up
+                    item.record = replace(item.record, resent=True)
             if retrying:
                 # Back to the front, in their original order.
                 queue.extendleft(sorted(retrying, key=lambda p: p.index, reverse=True))

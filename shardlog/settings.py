@@ -32,6 +32,13 @@ SEGMENT_MAX_BYTES_MIN: Final = 1024
 SEGMENT_MAX_BYTES_MAX: Final = 256 * C.MIB
 SegmentMaxBytes = Annotated[int, Field(ge=SEGMENT_MAX_BYTES_MIN, le=SEGMENT_MAX_BYTES_MAX)]
 
+# Idempotent produce: how far back (by arrival) a resent record's id is looked up. At least
+# a minute (a client's retry of an unknown outcome), at most a day (the look-up reads the
+# log's tail that far back).
+DEDUPE_WINDOW_S_MIN: Final = 60
+DEDUPE_WINDOW_S_MAX: Final = 86_400
+DedupeWindowS = Annotated[int, Field(ge=DEDUPE_WINDOW_S_MIN, le=DEDUPE_WINDOW_S_MAX)]
+
 # --- Spark -----------------------------------------------------------------------------------
 # Records per partition per compaction run: fewer than a thousand makes Parquet files too
 # small to be worth a Spark run.

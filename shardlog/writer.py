@@ -8,6 +8,11 @@
 4. commit head and checkpoint in one TransactWriteItems, fenced on the lease;
 5. only then return. Budget: 4 requests per batch, plus 1 per extra segment.
 
+Idempotent produce (docs/FORMAT.md, section 9): a record its producer sent again after an
+unknown outcome (``resent``) is dropped when its record id is already in the log of this
+partition or its parents, among records that arrived within the deduplication window before
+it, or earlier in the batch. Only batches holding such a record pay for the look-up.
+
 Why step 2 reads both at once: head and checkpoint only ever change together (step 4),
 and a segment is adoptable only if it was cut from a (head, checkpoint) pair that existed.
 A writer that paired the checkpoint its acquire returned with a head read later could,
@@ -45,6 +50,7 @@ from shardlog.tables import (
     kinesis_seq_int,
     n,
     partition_key,
+    update_item,
 )
 
 
@@ -55,6 +61,7 @@ class WriterSettings:
     lease_duration_ms: int = C.DEFAULT_LEASE_DURATION_MS
     segment_max_records: int = C.DEFAULT_SEGMENT_MAX_RECORDS
     segment_max_bytes: int = C.DEFAULT_SEGMENT_MAX_BYTES
+    dedupe_window_ms: int = C.DEFAULT_DEDUPE_WINDOW_S * 1000
 
 
 @dataclass
@@ -68,6 +75,7 @@ class PreparedBatch:
     checkpoint: str | None
     received: int
     redelivered: int = 0
+    deduplicated: int = 0
     written: int = 0
     adopted: int = 0
     added_bytes: int = 0
@@ -84,6 +92,7 @@ class AppendResult:
     segments_adopted: int
     checkpoint: str | None
     ended: bool
+    deduplicated: int = 0  # dropped: resent copies of records already in the log
 
     @property
     def committed(self) -> int:
@@ -135,9 +144,11 @@ class LogWriter:
         partition, lease = self._read_state(acquired)
         head = max(partition.next_seq, 0)
         checkpoint = lease.checkpoint
-        pending = _after(records, checkpoint)
+        after_checkpoint = _after(records, checkpoint)
+        pending = self._without_resent_copies(partition, after_checkpoint)
         batch = PreparedBatch(partition, lease, head, head, checkpoint, len(records))
-        batch.redelivered = len(records) - len(pending)
+        batch.redelivered = len(records) - len(after_checkpoint)
+        batch.deduplicated = len(after_checkpoint) - len(pending)
         planned = deque(self._plan(pending))
         while planned:
             chunk = planned.popleft()
@@ -155,7 +166,64 @@ class LogWriter:
             batch.checkpoint = leftover.records[-1].kinesis_sequence_number
             # The leftover's boundary need not match ours: plan what remains afresh.
             planned = deque(self._plan(_after(ahead, batch.checkpoint)))
+        if after_checkpoint and batch.deduplicated:
+            # Dropped copies are done with too: the checkpoint passes them (they need not
+            # be looked up again when Kinesis delivers them again).
+            last = after_checkpoint[-1].kinesis_sequence_number
+            if kinesis_seq_int(last) > kinesis_seq_int(batch.checkpoint):
+                batch.checkpoint = last
         return batch
+
+    def _without_resent_copies(
+        self, partition: PartitionInfo, records: Sequence[IncomingRecord]
+    ) -> list[IncomingRecord]:
+        """``records`` without the resent copies of records already in the log (or earlier
+        in the batch) within the deduplication window."""
+        resent = [r for r in records if r.resent and r.record_id is not None]
+        if not resent:
+            return list(records)
+        since_ms = min(r.arrival_ms for r in resent) - self.settings.dedupe_window_ms
+        committed = self._record_ids_since(partition, since_ms)
+        kept: list[IncomingRecord] = []
+        seen: set[str] = set()
+        for record in records:
+            if record.record_id is not None:
+                window_start = record.arrival_ms - self.settings.dedupe_window_ms
+                known = record.record_id in seen or committed.get(record.record_id, -1) >= (
+                    window_start
+                )
+                if record.resent and known:
+                    continue
+                seen.add(record.record_id)
+            kept.append(record)
+        return kept
+
+    def _record_ids_since(self, partition: PartitionInfo, since_ms: int) -> dict[str, int]:
+        """Record id -> arrival (ms) of the committed records of the partition, and of its
+        ancestors, that arrived at or after ``since_ms``: the log's tail, read backwards."""
+        ids: dict[str, int] = {}
+        frontier = [(partition.partition_id, max(partition.next_seq, 0), partition.parents)]
+        visited: set[str] = set()
+        while frontier:
+            partition_id, end, parents = frontier.pop()
+            if partition_id in visited:
+                continue
+            visited.add(partition_id)
+            while end > 0:
+                start = self.store.segment_start(partition_id, end - 1)
+                segment = self.store.fetch(partition_id, start)
+                for record in segment.records:
+                    if record.record_id is not None and record.arrival_ms >= since_ms:
+                        ids[record.record_id] = record.arrival_ms
+                if segment.records[0].arrival_ms < since_ms:
+                    break  # older than the window from here back
+                end = start
+            else:  # the whole partition is inside the window: its parents may be too
+                for parent_id in parents:
+                    parent = self.tables.get_partition(parent_id)
+                    if parent is not None:
+                        frontier.append((parent_id, parent.next_seq, parent.parents))
+        return ids
 
     def _read_state(self, acquired: Lease) -> tuple[PartitionInfo, Lease]:
         """Step 2: the partition item and the lease item, as of one instant.
@@ -205,7 +273,15 @@ class LogWriter:
         partition = batch.partition
         ended = False
         if batch.new_head == batch.head:
-            self.leases.release(batch.lease)
+            if batch.checkpoint != batch.lease.checkpoint:  # only dropped copies: pass them
+                assert batch.checkpoint is not None
+                update = self.leases.checkpoint_update(batch.lease, batch.checkpoint, release=True)
+                if not update_item(self.clients, update).written:
+                    raise LeaseLostError(
+                        C.INGEST_GROUP, partition.partition_id, "checkpoint fenced by leaseCounter"
+                    )
+            else:
+                self.leases.release(batch.lease)
         else:
             ended = reaches_end(partition, batch.checkpoint)
             self._commit(batch)
@@ -219,6 +295,7 @@ class LogWriter:
             batch.adopted,
             batch.checkpoint,
             ended,
+            batch.deduplicated,
         )
 
     # --- steps ---------------------------------------------------------------------------

@@ -38,11 +38,11 @@ def to_incoming(event: KinesisStreamEvent) -> tuple[str, list[IncomingRecord]]:
         return "", []
     shard_id = records[0].event_id.split(":", 1)[0]
     incoming = [
-        IncomingRecord(
-            partition_key=r.kinesis.partition_key,
-            data=r.kinesis.data_as_bytes(),
-            kinesis_sequence_number=r.kinesis.sequence_number,
-            arrival_ms=round(r.kinesis.approximate_arrival_timestamp * 1000),
+        IncomingRecord.from_kinesis(
+            r.kinesis.partition_key,
+            r.kinesis.data_as_bytes(),
+            r.kinesis.sequence_number,
+            round(r.kinesis.approximate_arrival_timestamp * 1000),
         )
         for r in records
     ]
@@ -102,6 +102,7 @@ def create_handler(
             raise
         metrics.add_metric(C.METRIC_RECORDS_INGESTED, MetricUnit.Count, result.committed)
         metrics.add_metric(C.METRIC_RECORDS_REDELIVERED, MetricUnit.Count, result.redelivered)
+        metrics.add_metric(C.METRIC_RECORDS_DEDUPLICATED, MetricUnit.Count, result.deduplicated)
         metrics.add_metric(C.METRIC_SEGMENTS_WRITTEN, MetricUnit.Count, result.segments_written)
         metrics.add_metric(C.METRIC_SEGMENTS_ADOPTED, MetricUnit.Count, result.segments_adopted)
         logger.info(

@@ -10,6 +10,7 @@ from lambdas.settings import settings_from_env
 from shardlog import constants as C
 from shardlog.settings import (
     BucketName,
+    DedupeWindowS,
     LeaseDurationMs,
     SegmentMaxBytes,
     SegmentMaxRecords,
@@ -26,6 +27,7 @@ class IngestSettings(BaseModel, frozen=True):
     lease_duration_ms: LeaseDurationMs = C.DEFAULT_LEASE_DURATION_MS
     segment_max_records: SegmentMaxRecords = C.DEFAULT_SEGMENT_MAX_RECORDS
     segment_max_bytes: SegmentMaxBytes = C.DEFAULT_SEGMENT_MAX_BYTES
+    dedupe_window_s: DedupeWindowS = C.DEFAULT_DEDUPE_WINDOW_S
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> IngestSettings:
@@ -36,6 +38,7 @@ class IngestSettings(BaseModel, frozen=True):
             "lease_duration_ms": C.ENV_LEASE_DURATION_MS,
             "segment_max_records": C.ENV_SEGMENT_MAX_RECORDS,
             "segment_max_bytes": C.ENV_SEGMENT_MAX_BYTES,
+            "dedupe_window_s": C.ENV_DEDUPE_WINDOW_S,
         }
         return settings_from_env(cls, names, "ingest", environ)
 
@@ -46,4 +49,5 @@ class IngestSettings(BaseModel, frozen=True):
             lease_duration_ms=self.lease_duration_ms,
             segment_max_records=self.segment_max_records,
             segment_max_bytes=self.segment_max_bytes,
+            dedupe_window_ms=self.dedupe_window_s * 1000,
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
+from dataclasses import replace
 
 from lambdas.producer_api.checks import HttpError
 from lambdas.producer_api.models import PutRecordsRequest
@@ -61,6 +62,13 @@ def to_producer_records(request: PutRecordsRequest) -> list[ProducerRecord]:
             too_large = exc.limit == C.KINESIS_MAX_RECORD_BYTES and exc.field.endswith(".data")
             status = 413 if too_large else 400
             raise HttpError(status, str(exc), field=exc.field, limit=exc.limit) from None
+        if entry.resent:
+            if record.record_id is None:
+                field = f"records[{index}].resent"
+                raise HttpError(
+                    400, f"{field}: only a record with a recordId can be resent", field=field
+                )
+            record = replace(record, resent=True)
         records.append(record)
     return records
 

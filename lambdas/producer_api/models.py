@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from shardlog import constants as C
 from shardlog import idempotence
@@ -68,15 +68,23 @@ class RecordIn(BaseModel):
         description=(
             "Idempotent produce: an id unique to this record, 1 to "
             f"{idempotence.RECORD_ID_MAX_BYTES} characters of A-Z a-z 0-9 . _ : -. The "
-            "record travels in an envelope carrying it (10 bytes plus the id, counted in "
-            "the 1 MiB), and a copy with an id already committed is dropped at ingest, so "
-            "a record whose outcome was unknown can be sent again, same id, without a "
-            "duplicate."
+            "record travels in an envelope carrying it (11 bytes plus the id, counted in "
+            "the 1 MiB), and a copy sent again with `resent` whose id was already committed "
+            "is dropped at ingest, so a record whose outcome was unknown can be sent again, "
+            "same id, without a duplicate."
         ),
         json_schema_extra=_documented(
             minLength=1,
             maxLength=idempotence.RECORD_ID_MAX_BYTES,
             pattern=idempotence.RECORD_ID_PATTERN,
+        ),
+    )
+    resent: StrictBool = Field(
+        default=False,
+        description=(
+            "With `recordId`: this record is sent again after an unknown outcome (a 502, a "
+            "lost answer). Ingest then looks its id up among the records it committed within "
+            "its deduplication window and drops it if it is there. Only with `recordId`."
         ),
     )
 

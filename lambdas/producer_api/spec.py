@@ -43,7 +43,8 @@ Limits:
 `recordId`) at most {C.KINESIS_MAX_RECORD_BYTES} bytes (1 MiB) per record, else 413 naming \
 `records[i].data`;
 - `recordId` (optional, idempotent produce): 1 to {RECORD_ID_MAX_BYTES} characters of \
-A-Z a-z 0-9 . _ : -;
+A-Z a-z 0-9 . _ : -; `resent` (optional, with `recordId`): true on a record sent again \
+after an unknown outcome;
 - the request body at most {MAX_BODY_BYTES} bytes, else 413 before parsing: below \
 Lambda's {LAMBDA_MAX_REQUEST_BYTES}-byte request cap, so a request carries at most \
 {MAX_DATA_PER_REQUEST_BYTES:,} bytes of data (base64 is 4/3 of it), less than Kinesis' \
@@ -54,8 +55,8 @@ PutRecords: `failedRecordCount` > 0, those records carry `errorCode` and `errorM
 send them again, in order. When provably nothing was put the answer is 429 (throttled) or
 503 (unavailable) with Retry-After: send the request again. When the outcome of every
 record is unknown (Kinesis' answer was lost) the answer is 502: the records may be in
-the stream, so send them again only with `recordId`s (idempotent produce: the copies are
-dropped at ingest).
+the stream, so send them again only with `recordId`s and `"resent": true` (idempotent
+produce: the copies are dropped at ingest).
 
 On AWS every request must be signed with AWS Signature Version 4 (service
 `execute-api`); the local server (`shardlog local up`) takes unsigned requests.

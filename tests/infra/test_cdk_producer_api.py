@@ -78,6 +78,11 @@ def test_records_body_is_validated_against_the_kinesis_limits(synth: Synthesized
     assert item["partitionKey"]["maxLength"] == C.PARTITION_KEY_MAX_CHARS
     # the base64 length of the largest record Kinesis accepts
     assert item["data"]["maxLength"] == len(base64.b64encode(bytes(C.KINESIS_MAX_RECORD_BYTES)))
+    # API Gateway lets through every field the handler takes (it forbids others itself).
+    from lambdas.producer_api.models import RecordIn
+
+    assert set(item) == set(RecordIn.model_fields)
+    assert item["recordId"]["maxLength"] == 64 and item["resent"]["type"] == "boolean"
 
 
 def test_stage_throttles_and_writes_access_logs(synth: Synthesized, template: Template) -> None:

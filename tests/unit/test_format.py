@@ -147,7 +147,7 @@ def test_round_trip(
     documented = doc_decoder()(blob)
     assert documented["partition_id"] == partition_id
     assert documented["records"] == [
-        (first_seq + i, r.partition_key, r.data, r.kinesis_sequence_number, r.arrival_ms)
+        (first_seq + i, r.partition_key, r.data, r.kinesis_sequence_number, r.arrival_ms, None)
         for i, r in enumerate(records)
     ]
 
@@ -225,7 +225,7 @@ def test_bad_magic() -> None:
         decode_segment(b"SHLX" + blob[4:])
 
 
-@pytest.mark.parametrize("version", [0, 2, 255])
+@pytest.mark.parametrize("version", [0, 3, 255])
 def test_unknown_version(version: int) -> None:
     blob = seal(header(version=version) + raw_record())
     with pytest.raises(SegmentFormatError, match=f"unsupported segment version {version} "):
@@ -371,3 +371,42 @@ def test_encoded_record_size_is_the_bytes_the_record_takes() -> None:
     one = encode_segment("p", 0, [record], 0)
     two = encode_segment("p", 0, [record, record], 0)
     assert len(two) - len(one) == encoded_record_size(record)
+
+
+# --- version 2: record ids ----------------------------------------------------------------
+
+
+def test_records_with_ids_make_a_version_2_segment_that_round_trips() -> None:
+    records = [
+        IncomingRecord("k", b"a", "11", 1, record_id="p:0"),
+        IncomingRecord("k", b"b", "12", 2),
+        IncomingRecord("k", b"c", "13", 3, record_id="x" * 64),
+    ]
+    blob = encode_segment("p", 5, records, 9)
+    assert blob[4] == 2
+    segment = decode_segment(blob)
+    assert [r.record_id for r in segment.records] == ["p:0", None, "x" * 64]
+    assert [r.data for r in segment.records] == [b"a", b"b", b"c"]
+    doc = doc_decoder()(blob)
+    assert [r[5] for r in doc["records"]] == ["p:0", None, "x" * 64]
+
+
+def test_records_without_ids_still_make_version_1() -> None:
+    blob = encode_segment("p", 0, [IncomingRecord("k", b"a", "11", 1)], 9)
+    assert blob[4] == 1 and doc_decoder()(blob)["records"][0][5] is None
+
+
+def test_a_version_2_record_cut_inside_its_id_is_truncated() -> None:
+    blob = encode_segment("p", 0, [IncomingRecord("k", b"a", "11", 1, record_id="abc")], 9)
+    body = blob[:-4][:-2]  # without the CRC and the id's last two bytes, then sealed again
+    with pytest.raises(SegmentFormatError, match="truncated"):
+        decode_segment(body + struct.pack(">I", zlib.crc32(body)))
+
+
+def test_the_size_estimate_counts_the_record_id() -> None:
+    plain = IncomingRecord("k", b"data", "11", 1)
+    with_id = IncomingRecord("k", b"data", "11", 1, record_id="abc")
+    assert encoded_record_size(with_id) == encoded_record_size(plain) + 4
+    one = encode_segment("p", 0, [with_id], 0)
+    two = encode_segment("p", 0, [with_id, with_id], 0)
+    assert len(two) - len(one) == encoded_record_size(with_id)

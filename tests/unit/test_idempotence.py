@@ -19,8 +19,10 @@ from shardlog.idempotence import (
     MAX_OVERHEAD_BYTES,
     RECORD_ID_MAX_BYTES,
     RECORD_ID_PATTERN,
+    Envelope,
     RecordIds,
     is_envelope,
+    open_envelope,
     overhead,
     record_id_problem,
     unwrap,
@@ -38,7 +40,7 @@ record_ids = st.text(
 def test_unwrap_gives_back_what_wrap_was_given(record_id: str, payload: bytes) -> None:
     envelope = wrap(record_id, payload)
     assert unwrap(envelope) == (record_id, payload)
-    assert len(envelope) == len(payload) + overhead(record_id) <= len(payload) + 74
+    assert len(envelope) == len(payload) + overhead(record_id) <= len(payload) + 75
     assert is_envelope(envelope)
 
 
@@ -63,9 +65,22 @@ def test_no_utf8_text_is_ever_an_envelope(text: str) -> None:
 
 def test_the_envelope_byte_by_byte() -> None:
     envelope = wrap("p:7", b"hello")
-    header = b"\xffSLI" + b"\x01" + b"\x03" + b"p:7"
+    header = b"\xffSLI" + b"\x01" + b"\x00" + b"\x03" + b"p:7"
     assert envelope == header + struct.pack(">I", zlib.crc32(header)) + b"hello"
-    assert overhead("p:7") == 13 and MAX_OVERHEAD_BYTES == 74
+    resent = b"\xffSLI" + b"\x01" + b"\x01" + b"\x03" + b"p:7"
+    assert (
+        wrap("p:7", b"hello", resent=True)
+        == resent + struct.pack(">I", zlib.crc32(resent)) + b"hello"
+    )
+    assert overhead("p:7") == 14 and MAX_OVERHEAD_BYTES == 75
+
+
+def test_the_resent_flag_round_trips_and_unknown_flags_are_a_plain_payload() -> None:
+    assert open_envelope(wrap("p:7", b"x", resent=True)) == Envelope("p:7", True, b"x")
+    assert open_envelope(wrap("p:7", b"x")) == Envelope("p:7", False, b"x")
+    header = b"\xffSLI" + b"\x01" + b"\x02" + b"\x03" + b"p:7"  # a flag this version lacks
+    unknown = header + struct.pack(">I", zlib.crc32(header)) + b"x"
+    assert open_envelope(unknown) == Envelope(None, False, unknown)
 
 
 def test_empty_payload_round_trips() -> None:
@@ -76,8 +91,9 @@ def test_empty_payload_round_trips() -> None:
     "data",
     [
         MAGIC,  # only the magic
-        MAGIC + b"\x01",  # no id length
-        MAGIC + b"\x01\x05ab",  # id cut short, no CRC
+        MAGIC + b"\x01",  # no flags
+        MAGIC + b"\x01\x00",  # no id length
+        MAGIC + b"\x01\x00\x05ab",  # id cut short, no CRC
         MAGIC + b"rest of a payload that merely starts with the magic",
         MAGIC + b"\x01\x00" + b"\x00" * 4,  # id length 0
         MAGIC + b"\x01\x41" + b"a" * 65 + b"\x00" * 4,  # id length 65
@@ -88,10 +104,10 @@ def test_payloads_that_merely_start_with_the_magic_are_plain(data: bytes) -> Non
     assert not is_envelope(data)
 
 
-@pytest.mark.parametrize("cut", range(1, 14))
+@pytest.mark.parametrize("cut", range(1, 15))
 def test_every_truncated_header_is_a_plain_payload(cut: int) -> None:
-    whole = wrap("abc", b"")  # 13 bytes: all header
-    assert unwrap(whole[:cut]) == ((None, whole[:cut]) if cut < 13 else ("abc", b""))
+    whole = wrap("abc", b"")  # 14 bytes: all header
+    assert unwrap(whole[:cut]) == ((None, whole[:cut]) if cut < 14 else ("abc", b""))
 
 
 def test_a_bad_crc_is_a_plain_payload() -> None:

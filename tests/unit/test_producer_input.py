@@ -233,13 +233,13 @@ def test_bad_record_ids_are_rejected_naming_the_field_and_limit(record_id: Any, 
 
 
 def test_the_envelope_counts_against_the_1_mib_record_limit() -> None:
-    record_id = "r" * 64  # the envelope is 74 bytes
-    at_limit = validate_record("key", b"x" * (MIB - 3 - 74), None, record_id)
+    record_id = "r" * 64  # the envelope is 75 bytes
+    at_limit = validate_record("key", b"x" * (MIB - 3 - 75), None, record_id)
     assert at_limit.size == len(at_limit.wire_data) + 3 == MIB
-    error = rejected("key", b"x" * (MIB - 3 - 74 + 1), None, record_id)
+    error = rejected("key", b"x" * (MIB - 3 - 75 + 1), None, record_id)
     assert (error.field, error.limit) == ("data", MIB)
     assert f"{MIB + 1} bytes" in str(error) and "envelope" in str(error)
-    assert validate_record("key", b"x" * (MIB - 3 - 74 + 1)).size == MIB - 73  # no id: fits
+    assert validate_record("key", b"x" * (MIB - 3 - 75 + 1)).size == MIB - 74  # no id: fits
 
 
 def test_data_that_is_itself_an_envelope_is_refused_without_a_record_id() -> None:

@@ -19,7 +19,7 @@ from shardlog.api_client import (
     MAX_BODY_BYTES,
     MAX_DATA_PER_REQUEST_BYTES,
 )
-from shardlog.idempotence import RECORD_ID_PATTERN, overhead, unwrap
+from shardlog.idempotence import RECORD_ID_PATTERN, open_envelope, overhead, unwrap
 from shardlog.local.http_api import API_GATEWAY_MAX_PAYLOAD_BYTES, to_proxy_event
 from tests.support.api import ApiUnderTest, HttpAnswer, post_json, send
 from tests.support.readback import read_stream
@@ -181,6 +181,25 @@ def test_bad_record_ids_are_refused(api: ApiUnderTest, record_id: str, limit: An
 def test_record_id_must_be_a_string(api: ApiUnderTest) -> None:
     sent = [record("k", recordId=7)]
     assert_refused(api, post_json(api.url, {"records": sent}), 400, "records[0].recordId", None)
+
+
+def test_a_resent_record_travels_flagged_resent(api: ApiUnderTest) -> None:
+    sent = [record("k", b"p", recordId="id-1", resent=True), record("k", b"q", recordId="id-2")]
+    answer = post_json(api.url, {"records": sent})
+    assert answer.status == 200 and answer.json["failedRecordCount"] == 0
+    opened = [open_envelope(r.data) for r in read_stream(api.aws)]
+    assert [(e.record_id, e.resent) for e in opened] == [("id-1", True), ("id-2", False)]
+
+
+@pytest.mark.parametrize("resent", [1, "true", None])
+def test_resent_must_be_a_boolean(api: ApiUnderTest, resent: Any) -> None:
+    sent = [record("k", recordId="id-1", resent=resent)]
+    assert_refused(api, post_json(api.url, {"records": sent}), 400, "records[0].resent", None)
+
+
+def test_only_a_record_with_an_id_can_be_resent(api: ApiUnderTest) -> None:
+    sent = [record("k"), record("k", resent=True)]
+    assert_refused(api, post_json(api.url, {"records": sent}), 400, "records[1].resent", None)
 
 
 def test_record_with_its_envelope_of_exactly_1_mib_is_accepted(api: ApiUnderTest) -> None:
