@@ -125,6 +125,7 @@ class Ingest(Construct):
                 C.ENV_LEASE_DURATION_MS: str(s.lease_duration_ms),
                 C.ENV_SEGMENT_MAX_RECORDS: str(s.segment_max_records),
                 C.ENV_SEGMENT_MAX_BYTES: str(s.segment_max_bytes),
+                C.ENV_DEDUPE_WINDOW_S: str(s.dedupe_window_s),
             },
             # One invocation per shard at a time (parallelization factor 1), so this bounds
             # what ingest can take from the account, and guarantees it that much.

@@ -104,6 +104,7 @@ class StackSettings:
     lease_duration_ms: int = C.DEFAULT_LEASE_DURATION_MS
     segment_max_records: int = C.DEFAULT_SEGMENT_MAX_RECORDS
     segment_max_bytes: int = C.DEFAULT_SEGMENT_MAX_BYTES
+    dedupe_window_s: int = C.DEFAULT_DEDUPE_WINDOW_S
     api_rate_limit: int = IC.DEFAULT_API_RATE_LIMIT
     api_burst_limit: int = IC.DEFAULT_API_BURST_LIMIT
     log_retention_days: int = IC.DEFAULT_LOG_RETENTION_DAYS
@@ -176,6 +177,9 @@ class StackSettings:
             ),
             segment_max_bytes=context_setting(
                 node, IC.CTX_SEGMENT_MAX_BYTES, S.SegmentMaxBytes, C.DEFAULT_SEGMENT_MAX_BYTES
+            ),
+            dedupe_window_s=context_setting(
+                node, IC.CTX_DEDUPE_WINDOW_S, S.DedupeWindowS, C.DEFAULT_DEDUPE_WINDOW_S
             ),
             api_rate_limit=context_setting(
                 node, IC.CTX_API_RATE_LIMIT, ApiRateLimit, IC.DEFAULT_API_RATE_LIMIT

@@ -105,6 +105,7 @@ def test_handlers_get_settings_through_the_shared_env_names(synth: Synthesized) 
         C.ENV_LEASE_DURATION_MS,
         C.ENV_SEGMENT_MAX_RECORDS,
         C.ENV_SEGMENT_MAX_BYTES,
+        C.ENV_DEDUPE_WINDOW_S,
     } <= set(ingest_env)
     assert ingest_env[C.ENV_LEASE_DURATION_MS] == str(C.DEFAULT_LEASE_DURATION_MS)
     assert ingest_env[C.ENV_SEGMENT_MAX_RECORDS] == str(C.DEFAULT_SEGMENT_MAX_RECORDS)

@@ -27,6 +27,7 @@ INT_RANGES = [
     (S.SegmentMaxRecords, 1, 100_000),
     (S.SegmentMaxBytes, 1024, 256 * MIB),
     (S.CompactionMaxRecords, 1_000, 1_000_000_000),
+    (S.DedupeWindowS, 60, 86_400),
 ]
 LENGTHS = [(S.BucketName, 3, 63), (S.TableName, 3, 255), (S.StreamName, 1, 128)]
 
