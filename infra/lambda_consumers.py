@@ -231,10 +231,15 @@ class LambdaConsumerGroup(Construct):
             batch_size=C.LAMBDA_CONSUMER_WAKE_BATCH_SIZE,
             report_batch_item_failures=True,
         )
-        policy = self.runner.role.node.try_find_child("DefaultPolicy")
-        if policy is not None:
-            mapping.node.add_dependency(policy)
+        after_role_policy(mapping, self.runner.role)
         return mapping
+
+
+def after_role_policy(mapping: lambda_.EventSourceMapping, role: iam.IRole) -> None:
+    """An event source mapping must not start polling before its role may read the source."""
+    policy = role.node.try_find_child("DefaultPolicy")
+    if policy is not None:
+        mapping.node.add_dependency(policy)
 
 
 class LambdaConsumers(Construct):
@@ -325,9 +330,7 @@ class LambdaConsumers(Construct):
                 lambda_.FilterCriteria.filter({"eventName": lambda_.FilterRule.is_equal("INSERT")}),
             ],
         )
-        policy = self.waker.role.node.try_find_child("DefaultPolicy")
-        if policy is not None:
-            mapping.node.add_dependency(policy)
+        after_role_policy(mapping, self.waker.role)
         return mapping
 
     def _sweep(self) -> events.Rule:

@@ -3,13 +3,19 @@ subprocess (bounded waits)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import boto3
 from click.testing import CliRunner, Result
 
 from shardlog.cli.main import cli
@@ -65,3 +71,45 @@ def wait_for(condition: Callable[[], object], what: str, deadline_s: float = DEA
             return
         time.sleep(0.2)  # polling another process: there is no clock to inject
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextlib.contextmanager
+def local_up_process(
+    state: Path,
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """`shardlog local up` as a real subprocess on free loopback ports, with ``args``;
+    yields the state file's JSON once written; stopped with SIGTERM (bounded waits)."""
+    environ = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+    environ.update(env or {})
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "shardlog", "--state-file", str(state), "local", "up",
+            "--port", str(free_port()), "--api-port", "0", "--max-seconds", "300", *args,
+        ],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environ,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: state.exists() or process.poll() is not None, "the state file")
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        yield json.loads(state.read_text())
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def kinesis_for(state: dict[str, Any]) -> Any:
+    """A plain boto3 Kinesis client of a `local up` (no shardlog code), any credentials."""
+    return boto3.client(
+        "kinesis",
+        endpoint_url=state["endpointUrl"],
+        region_name=state["region"],
+        aws_access_key_id="anything",
+        aws_secret_access_key="anything",
+    )

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
-from tests.support.cli import free_port, run_cli, shardlog_subprocess, wait_for
+from tests.support.cli import (
+    kinesis_for,
+    local_up_process,
+    run_cli,
+    shardlog_subprocess,
+    wait_for,
+)
 
 FUNCTION = """\
 import base64, json, os
@@ -38,43 +41,17 @@ def up_with_a_group(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], Path
     (tmp_path / "my_consumer.py").write_text(FUNCTION)
     seen = tmp_path / "seen.jsonl"
     state = tmp_path / "local.json"
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"},
-        "SEEN_FILE": str(seen),
-        "PYTHONPATH": os.pathsep.join([*sys.path, str(tmp_path)]),
-    }
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "shardlog", "--state-file", str(state), "local", "up",
-            "--port", str(free_port()), "--api-port", "0", "--shards", "2",
-            "--lambda-consumer", "mine=my_consumer:handle", "--max-seconds", "300",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: state.exists() or process.poll() is not None, "the state file")
-        assert process.poll() is None, process.stdout.read() if process.stdout else ""
-        yield state, json.loads(state.read_text()), seen
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+    env = {"SEEN_FILE": str(seen), "PYTHONPATH": os.pathsep.join([*sys.path, str(tmp_path)])}
+    args = ("--shards", "2", "--lambda-consumer", "mine=my_consumer:handle")
+    with local_up_process(state, *args, cwd=tmp_path, env=env) as running:
+        yield state, running, seen
 
 
 def test_a_local_lambda_consumer_gets_every_record_once(up_with_a_group: Any) -> None:
     state_file, state, seen = up_with_a_group
     group = state["lambdaConsumers"]["mine"]
     assert group["function"] == "my_consumer:handle" and group["onFailureQueueUrl"]
-    kinesis = boto3.client(
-        "kinesis",
-        endpoint_url=state["endpointUrl"],
-        region_name=state["region"],
-        aws_access_key_id="anything",
-        aws_secret_access_key="anything",
-    )
+    kinesis = kinesis_for(state)
     records = [{"PartitionKey": f"k{i % 7}", "Data": f"r{i}".encode()} for i in range(60)]
     for start in range(0, 60, 7):  # at most one record per key per call: order kept
         kinesis.put_records(StreamName=state["streamName"], Records=records[start : start + 7])

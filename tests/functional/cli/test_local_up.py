@@ -8,20 +8,12 @@ import json
 from collections import defaultdict
 from typing import Any
 
-import boto3
-
-from tests.support.cli import shardlog_subprocess, wait_for
+from tests.support.cli import kinesis_for, shardlog_subprocess, wait_for
 
 
 def test_plain_boto3_across_split_and_merge(local_up: Any) -> None:
     state_file, state = local_up
-    kinesis = boto3.client(
-        "kinesis",
-        endpoint_url=state["endpointUrl"],
-        region_name=state["region"],
-        aws_access_key_id="anything",
-        aws_secret_access_key="anything",
-    )
+    kinesis = kinesis_for(state)
     stream = state["streamName"]
     counters: dict[str, int] = defaultdict(int)
 

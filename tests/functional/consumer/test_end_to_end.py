@@ -4,49 +4,20 @@ of two workers: every record once, each key in produce order across the reshards
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
 
 from shardlog import constants as C
 from shardlog.clock import ManualClock
-from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
-from shardlog.demo import reshard
 from shardlog.format import LogRecord
-from shardlog.local.poller import EventSourceSettings
-from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import Producer, ProducerRecord
 from shardlog.tables import Tables
-
-KEYS = [f"user-{i}" for i in range(12)]
+from tests.support.runtime import e2e_runtime, produce_across_split_and_merge
 
 
 def test_a_group_consumes_what_ingest_wrote_in_key_order_across_split_and_merge() -> None:
-    suffix = uuid.uuid4().hex[:8]
-    config = ShardlogConfig(
-        stream_name=f"e2e-{suffix}",
-        bucket=f"shardlog-e2e-{suffix}",
-        partitions_table=f"e2e-partitions-{suffix}",
-        consumers_table=f"e2e-consumers-{suffix}",
-    )
-    runtime = LocalRuntime(
-        config,
-        shard_count=2,
-        segment_max_records=7,
-        event_source=EventSourceSettings(batch_size=25, batching_window_ms=0),
-    )
-    counts = dict.fromkeys(KEYS, 0)
+    runtime = e2e_runtime("e2e")
     with runtime:
-        producer = Producer(runtime.config.stream_name, runtime.clients)
-        for step in ("split", "merge", None):
-            batch = []
-            for i in range(120):
-                key = KEYS[i % len(KEYS)]
-                batch.append(ProducerRecord(key, f"{key}:{counts[key]}".encode()))
-                counts[key] += 1
-            producer.put_records(batch)
-            if step:
-                reshard(runtime, step)
+        counts = produce_across_split_and_merge(runtime)
         total = sum(counts.values())
         tables = Tables(runtime.clients, runtime.config.tables)
 

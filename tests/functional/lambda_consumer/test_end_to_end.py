@@ -4,39 +4,19 @@ by the partitions table's stream: every record once, each key in produce order."
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
 
 from shardlog import constants as C
 from shardlog.clock import ManualClock
-from shardlog.config import ShardlogConfig
-from shardlog.demo import reshard
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
-from shardlog.local.poller import EventSourceSettings
-from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import Producer, ProducerRecord
 from shardlog.tables import Tables
 from tests.support.lambda_consumers import Recorder
-
-KEYS = [f"user-{i}" for i in range(12)]
+from tests.support.runtime import e2e_runtime, produce_across_split_and_merge
 
 
 def test_a_lambda_group_gets_every_record_once_in_key_order_across_split_and_merge() -> None:
-    suffix = uuid.uuid4().hex[:8]
-    config = ShardlogConfig(
-        stream_name=f"lc-{suffix}",
-        bucket=f"shardlog-lc-{suffix}",
-        partitions_table=f"lc-partitions-{suffix}",
-        consumers_table=f"lc-consumers-{suffix}",
-    )
-    runtime = LocalRuntime(
-        config,
-        shard_count=2,
-        segment_max_records=7,
-        event_source=EventSourceSettings(batch_size=25, batching_window_ms=0),
-    )
-    counts = dict.fromkeys(KEYS, 0)
+    runtime = e2e_runtime("lc")
     recorder = Recorder()
     clock = ManualClock()
     with runtime:
@@ -47,18 +27,12 @@ def test_a_lambda_group_gets_every_record_once_in_key_order_across_split_and_mer
             [LocalGroup(group, recorder, "tests:recorder")],
             clock=clock,
         ).start()
-        producer = Producer(runtime.config.stream_name, runtime.clients)
-        for step in ("split", "merge", None):
-            batch = []
-            for i in range(120):
-                key = KEYS[i % len(KEYS)]
-                batch.append(ProducerRecord(key, f"{key}:{counts[key]}".encode()))
-                counts[key] += 1
-            producer.put_records(batch)
-            runtime.poller.poll_once()  # ingest while producing
-            consumers.poll_once()  # consume while producing
-            if step:
-                reshard(runtime, step)
+
+        def ingest_and_consume_while_producing() -> None:
+            runtime.poller.poll_once()
+            consumers.poll_once()
+
+        counts = produce_across_split_and_merge(runtime, between=ingest_and_consume_while_producing)
         total = sum(counts.values())
         tables = Tables(runtime.clients, runtime.config.tables)
 
