@@ -27,8 +27,9 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Two workers (this machine has two cores); infra and Spark tests stay on one worker each.
 test: lint cdk-cli kclpy
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py

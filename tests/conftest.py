@@ -21,6 +21,16 @@ os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 quiet_powertools()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With pytest-xdist (`make test` runs two workers), keep the tests that share a costly
+    session fixture on one worker: the synthesized stack (tests/infra) and the local
+    SparkSession (tests/spark) are built once, not once per worker."""
+    for item in items:
+        for folder in ("infra", "spark"):
+            if f"tests/{folder}/" in item.nodeid:
+                item.add_marker(pytest.mark.xdist_group(folder))
+
+
 @pytest.fixture(scope="session")
 def endpoint_url() -> Iterator[str]:
     aws = EmbeddedAWS()
