@@ -175,6 +175,7 @@ class Runner:
             else None
         )
         self._group_created_at_ms: int | None = None
+        self._ensured: set[str] = set()  # lease items this runner (a warm Lambda) created
 
     # --- one wake ------------------------------------------------------------------------
     def run(
@@ -187,7 +188,9 @@ class Runner:
             return report
         assert partition is not None
         created_at = self._group_created_at()
-        self.leases.ensure(self.group, partition_id, partition.parents)
+        if partition_id not in self._ensured:  # once per warm runner: a request saved a wake
+            self.leases.ensure(self.group, partition_id, partition.parents)
+            self._ensured.add(partition_id)
         try:
             lease = self.leases.acquire(self.group, partition_id, f"lambda:{request_id}")
         except LeaseHeldError as exc:

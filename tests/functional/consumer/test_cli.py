@@ -65,7 +65,7 @@ def test_status_group_lists_owner_checkpoint_and_lag(aws: AwsEnv, clock: ManualC
     run_until_idle([worker], clock)
     after = run_cli(aws, "status", "--group", "billing")
     rows = {line.split()[0]: line for line in after.output.splitlines()[1:]}
-    assert rows["p0"].split()[1:5] == ["ENDED", "4", "SHARD_END", "0"]
-    assert rows["c1"].split()[1:6] == ["OPEN", "3", "3", "0", "w-1"]
+    assert rows["p0"].split()[1:6] == ["ENDED", "4", "SHARD_END", "0", "0"]
+    assert rows["c1"].split()[1:7] == ["OPEN", "3", "3", "0", "0", "w-1"]  # lag ms 0: caught up
     assert run_cli(aws, "status", "--group", "$ingest").exit_code == 2
     worker.shutdown()
