@@ -5,6 +5,14 @@ counter, so a worker that paused (GC, a frozen Lambda, a partition) and wakes up
 holding an old counter can never write again: its condition fails. Expiry times
 only decide *when* a lease may be taken (liveness); they never decide who may
 write (safety), so clock skew can delay a takeover but never allow two writers.
+
+Graceful handoff (consumer groups): a worker that wants a live lease *asks* for it
+(``request_transfer``: it records ``leaseTransferRequestedBy``/``At`` and does not move
+the counter, so the owner is not fenced); the owner, between two batches, checkpoints
+and ``transfer``s the lease to the requester with one fenced write that also requires
+the request to stand. Taking or releasing a lease clears a request (it was addressed to
+the previous owner). A request is only a hint: when it is not honoured, the requester
+falls back to ``take`` (a steal) or to expiry, so liveness never depends on the owner.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from shardlog.tables import (
     s,
     update_item,
 )
+
+_TRANSFER_ATTRIBUTES = ("#transferBy", "#transferAt")
 
 
 class LeaseManager:
@@ -109,6 +119,7 @@ class LeaseManager:
                 "#expires = :expires",
                 "#switches = if_not_exists(#switches, :zero) + :switch",
             ),
+            _TRANSFER_ATTRIBUTES,  # a request was addressed to the previous owner
             condition="#counter = :seen",
             values={
                 ":me": s(owner),
@@ -128,8 +139,83 @@ class LeaseManager:
 
     def release(self, lease: Lease) -> Lease:
         """Give the lease up for immediate takeover (graceful handoff)."""
-        update = self._update(lease, ("#expires = :zero",), ("#owner",), {":zero": n(0)})
+        update = self._update(
+            lease, ("#expires = :zero",), ("#owner", *_TRANSFER_ATTRIBUTES), {":zero": n(0)}
+        )
         return self._send(lease, update.fenced(lease))
+
+    # --- graceful handoff ----------------------------------------------------------------
+    def request_transfer(self, seen: Lease, requester: str, *, stale_after_ms: int) -> Lease | None:
+        """Ask the owner of a live lease to hand it over; the lease written, or None if refused.
+
+        Not a lease write: the counter does not move, so the owner's next fenced write
+        still succeeds (and returns the request to it). Refused when the owner changed,
+        the lease is not live, or another worker's request younger than
+        ``stale_after_ms`` stands.
+        """
+        now = self.clock.now_ms()
+        update = Update(
+            self.table_name,
+            consumer_key(seen.group, seen.partition_id),
+            ("#transferBy = :me", "#transferAt = :now"),
+            condition=(
+                "#owner = :owner AND #expires > :now AND (attribute_not_exists(#transferBy)"
+                " OR #transferBy = :me OR #transferAt <= :stale)"
+            ),
+            values={
+                ":me": s(requester),
+                ":owner": s(seen.owner or ""),
+                ":now": n(now),
+                ":stale": n(now - stale_after_ms),
+            },
+        )
+        outcome = update_item(self.clients, update)
+        return Lease.from_item(outcome.item) if outcome.written and outcome.item else None
+
+    def withdraw_transfer(self, group: str, partition_id: str, requester: str) -> bool:
+        """Take back this requester's request, if it still stands; True if it did."""
+        update = Update(
+            self.table_name,
+            consumer_key(group, partition_id),
+            removes=_TRANSFER_ATTRIBUTES,
+            condition="#transferBy = :me",
+            values={":me": s(requester)},
+        )
+        return update_item(self.clients, update).written
+
+    def transfer(self, lease: Lease, to_owner: str) -> Lease | None:
+        """Hand the lease to the worker that asked for it: one fenced write.
+
+        The new owner holds it at once (``leaseExpiresAt`` = now + duration) and starts
+        from the checkpoint stored; the counter moves, so every older copy is fenced.
+        Returns None when the request no longer stands (withdrawn or replaced) while the
+        lease is still ours; raises LeaseLostError when it is not ours any more.
+        """
+        update = self._update(
+            lease,
+            (
+                "#owner = :to",
+                "#expires = :expires",
+                "#switches = if_not_exists(#switches, :zero) + :one",
+            ),
+            _TRANSFER_ATTRIBUTES,
+            {
+                ":to": s(to_owner),
+                ":zero": n(0),
+                ":expires": n(self.clock.now_ms() + self.lease_duration_ms),
+            },
+        ).and_condition("#transferBy = :to")
+        outcome = update_item(self.clients, update.fenced(lease), item_on_failure=True)
+        if outcome.written and outcome.item is not None:
+            return Lease.from_item(outcome.item)
+        current = Lease.from_item(outcome.item) if outcome.item else None
+        if current is not None and (current.owner, current.counter) == (lease.owner, lease.counter):
+            return None
+        raise LeaseLostError(
+            lease.group,
+            lease.partition_id,
+            f"fenced by leaseCounter while handing it to {to_owner} (held counter {lease.counter})",
+        )
 
     def checkpoint(self, lease: Lease, checkpoint: str, subseq: int | None = None) -> Lease:
         """Record progress; also renews the lease. Raises LeaseLostError when fenced."""

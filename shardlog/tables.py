@@ -23,6 +23,12 @@ from shardlog.exceptions import CONDITIONAL_CHECK_FAILED, aws_error_code
 
 _DESERIALIZER = TypeDeserializer()
 
+# Graceful lease handoff (consumer groups, docs/TABLES.md 4.5): the worker that asked the
+# owner to hand the lease over, and when it asked (its clock, epoch ms). Neither is a lease
+# write: asking never moves leaseCounter, so it never fences the owner.
+ATTR_TRANSFER_REQUESTED_BY: Final = "leaseTransferRequestedBy"
+ATTR_TRANSFER_REQUESTED_AT: Final = "leaseTransferRequestedAt"
+
 
 TRANSACTION_CANCELED: Final = "TransactionCanceledException"
 # The cancellation reason of a transaction item whose condition did not hold.
@@ -118,11 +124,14 @@ class Lease:
     checkpoint_subseq: int | None = None
     owner_switches: int = 0
     parents: tuple[str, ...] = ()
+    transfer_requested_by: str | None = None  # a worker asked for a graceful handoff
+    transfer_requested_at_ms: int | None = None
 
     @classmethod
     def from_item(cls, raw: dict[str, Any]) -> Lease:
         item = from_ddb(raw)
         subseq = item.get(C.ATTR_CHECKPOINT_SUBSEQ)
+        requested_at = item.get(ATTR_TRANSFER_REQUESTED_AT)
         return cls(
             group=item[C.ATTR_CONSUMER_GROUP],
             partition_id=item[C.ATTR_PARTITION_ID],
@@ -133,6 +142,8 @@ class Lease:
             checkpoint_subseq=int(subseq) if subseq is not None else None,
             owner_switches=int(item.get(C.ATTR_OWNER_SWITCHES, 0)),
             parents=tuple(item.get(C.ATTR_PARENT_PARTITION_IDS, ())),
+            transfer_requested_by=item.get(ATTR_TRANSFER_REQUESTED_BY),
+            transfer_requested_at_ms=int(requested_at) if requested_at is not None else None,
         )
 
     def is_live(self, now_ms: int) -> bool:
@@ -225,6 +236,8 @@ PLACEHOLDERS: Final = {
     "#rend": C.ATTR_RETRY_END,
     "#rsize": C.ATTR_RETRY_SIZE,
     "#rattempts": C.ATTR_RETRY_ATTEMPTS,
+    "#transferBy": ATTR_TRANSFER_REQUESTED_BY,
+    "#transferAt": ATTR_TRANSFER_REQUESTED_AT,
 }
 _PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
 _HELD = "#owner = :me AND #counter = :held"

@@ -35,14 +35,24 @@ logger = logging.getLogger("shardlog.consumer")
 
 
 class LeaseHolder:
-    """The worker's copy of one lease; renew, checkpoint and release are serialized here."""
+    """The worker's copy of one lease; renew, checkpoint, release and hand-over are
+    serialized here.
 
-    def __init__(self, manager: LeaseManager, lease: Lease) -> None:
+    Every write returns the item, so the owner sees a handoff request (another worker's
+    ``leaseTransferRequestedBy``) at its next renewal or checkpoint; the worker's listing
+    reports one too (``note_transfer_request``). ``requested_by()`` is the requester to hand
+    the lease to, while its request is younger than ``handoff_timeout_ms`` (after that the
+    requester falls back to stealing, and handing it over would only race with it).
+    """
+
+    def __init__(self, manager: LeaseManager, lease: Lease, handoff_timeout_ms: int = 0) -> None:
         self.manager = manager
         self._lease = lease
         self._lock = threading.Lock()
         self.lost = False
         self.released = False
+        self.handoff_timeout_ms = handoff_timeout_ms or manager.lease_duration_ms // 2
+        self._noted: tuple[str, int] | None = None  # a request the listing showed
 
     @property
     def lease(self) -> Lease:
@@ -58,12 +68,55 @@ class LeaseHolder:
             if now_ms - last_write < renew_interval_ms:
                 return True
             try:
-                self._lease = self.manager.renew(self._lease)
+                self._wrote(self.manager.renew(self._lease))
             except LeaseLostError as exc:
                 self.lost = True
                 logger.warning("lease lost: %s", exc)
                 return False
             return True
+
+    def note_transfer_request(self, listed: Lease) -> None:
+        """The listing shows a handoff request on this lease (the copy may not, yet)."""
+        with self._lock:
+            by, at = listed.transfer_requested_by, listed.transfer_requested_at_ms
+            if listed.owner == self._lease.owner and by is not None and at is not None:
+                self._noted = (by, at)
+
+    def requested_by(self) -> str | None:
+        """The worker to hand this lease to, if a fresh request by another worker stands."""
+        with self._lock:
+            if self.lost or self.released:
+                return None
+            by, at = self._lease.transfer_requested_by, self._lease.transfer_requested_at_ms
+            if (by is None or at is None) and self._noted is not None:
+                by, at = self._noted
+            if by is None or at is None or by == self._lease.owner:
+                return None
+            age_ms = self.manager.clock.now_ms() - at
+            return by if age_ms < self.handoff_timeout_ms else None
+
+    def hand_over(self, to_owner: str) -> str:
+        """Transfer the lease to ``to_owner`` (fenced); if its request was withdrawn meanwhile,
+        release it instead. Returns what happened, for the log."""
+        with self._lock:
+            if self.lost or self.released:
+                return "the lease was already lost"
+            try:
+                handed = self.manager.transfer(self._lease, to_owner)
+                if handed is None:
+                    self._wrote(self.manager.release(self._lease))
+                    self.released = True
+                    return f"released ({to_owner} withdrew its request)"
+            except LeaseLostError:
+                self.lost = True
+                return "the lease was already lost"
+            self._wrote(handed)
+            self.released = True
+            return f"handed over to {to_owner}"
+
+    def _wrote(self, lease: Lease) -> None:
+        self._lease = lease
+        self._noted = None  # the write returned the item: its request (or none) is current
 
     def mark_lost(self, reason: str) -> None:
         with self._lock:
@@ -83,7 +136,7 @@ class LeaseHolder:
                     self._lease.group, self._lease.partition_id, "the lease is no longer held"
                 )
             try:
-                self._lease = self.manager.checkpoint(self._lease, value, subseq)
+                self._wrote(self.manager.checkpoint(self._lease, value, subseq))
             except LeaseLostError as exc:
                 self.lost = True
                 raise CheckpointLeaseLostError(
@@ -97,7 +150,7 @@ class LeaseHolder:
             if self.lost or self.released:
                 return False
             try:
-                self._lease = self.manager.release(self._lease)
+                self._wrote(self.manager.release(self._lease))
             except LeaseLostError:
                 self.lost = True
                 return False

@@ -10,11 +10,15 @@ the counter it saw, so two workers acting on the same listing cannot both win.
 2. workers = distinct owners of live leases, plus this worker; target =
    ceil(eligible / workers), capped at max_leases.
 3. Below target: take unowned and expired leases first (as many as needed).
-4. None available: steal one lease, at most one per cycle, from the most loaded
+4. None available: move one lease, at most one per cycle, from the most loaded
    worker, only if it holds more than the target (or exactly the target while this
    worker needs two or more, KCL's rule b), and never when the two differ by one.
-   Each steal lowers the sum of squared loads, so balancing converges and never
-   ping-pongs.
+   Each move lowers the sum of squared loads, so balancing converges and never
+   ping-pongs. The worker *asks* for that lease (graceful handoff) and steals it only
+   when the owner does not hand it over in time; a lease another worker already asked
+   for is chosen last.
+5. A live lease the table shows as this worker's that it does not process (handed over
+   to it, or a restart with the same worker id) is always taken, whatever the target.
 """
 
 from __future__ import annotations
@@ -86,19 +90,21 @@ def plan_takes(
     target = 1 if workers >= count else math.ceil(count / workers)
     target = min(target, max_leases)
     needed = target - held
-    if needed <= 0:
-        return TakePlan(target=target, workers=workers, eligible=count, held=held)
+    skip = set(tracked) | set(blocked)
+    handed_over = sorted(
+        (lease for lease in live if lease.owner == me and lease.partition_id not in skip),
+        key=lambda lease: lease.partition_id,
+    )
+    if needed <= len(handed_over):
+        return TakePlan(handed_over, None, target, workers, count, held)
     available = [
-        lease
-        for lease in eligible
-        if lease.partition_id not in tracked
-        and lease.partition_id not in blocked
-        and (not lease.is_live(now_ms) or lease.owner == me)
+        lease for lease in eligible if lease.partition_id not in skip and not lease.is_live(now_ms)
     ]
-    if available:
+    if handed_over or available:
         available.sort(key=lambda lease: lease.partition_id)
         rng.shuffle(available)  # workers of one listing should not all race for the same lease
-        return TakePlan(available[:needed], None, target, workers, count, held)
+        take = handed_over + available[: needed - len(handed_over)]
+        return TakePlan(take, None, target, workers, count, held)
     steal = _choose_steal(live, load, me, needed, target, blocked, rng)
     return TakePlan([], steal, target, workers, count, held)
 
@@ -123,4 +129,5 @@ def _choose_steal(
         (lease for lease in live if lease.owner == victim and lease.partition_id not in blocked),
         key=lambda lease: lease.partition_id,
     )
-    return rng.choice(candidates) if candidates else None
+    unasked = [c for c in candidates if c.transfer_requested_by in (None, me)]
+    return rng.choice(unasked or candidates) if candidates else None

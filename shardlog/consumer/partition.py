@@ -1,9 +1,15 @@
 """One partition held by one worker: its lease, cursor, checkpointer and processor.
 
 ``step()`` advances it by one unit of work (initialize, one batch, the shard end, a
-lease loss or the shutdown handoff) and runs on the worker's pool, one step at a
-time per partition; the worker's own thread only renews the lease through the
-shared ``LeaseHolder``.
+lease loss or a handoff) and runs on the worker's pool, one step at a time per
+partition; the worker's own thread only renews the lease through the shared
+``LeaseHolder``.
+
+A handoff (the worker stops, or another worker asked for the lease) happens between
+two steps, so the batch in flight is finished first; then the processor's
+``shutdown_requested`` checkpoints, and the lease goes, in one fenced write, to the
+worker that asked for it, or is released for anyone to take. Either way the next owner
+starts at that checkpoint and delivers nothing twice.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ class Outcome(enum.Enum):
     FINISHED = "finished"  # checkpointed SHARD_END and released
     LOST = "lost"  # another worker took the lease
     FAILED = "failed"  # the processor died: lease released, retake after a backoff
-    HANDED_OFF = "handed off"  # graceful shutdown: checkpointed, released
+    HANDED_OFF = "handed off"  # checkpointed, then handed to a requester or released
 
 
 @dataclass
@@ -81,7 +87,10 @@ class PartitionConsumer:
 
     def ready(self, now_ms: int) -> bool:
         return self.state is not State.DONE and (
-            now_ms >= self.next_poll_ms or self.holder.lost or self.shutdown_requested
+            now_ms >= self.next_poll_ms
+            or self.holder.lost
+            or self.shutdown_requested
+            or self.holder.requested_by() is not None
         )
 
     def step(self) -> StepResult:
@@ -90,8 +99,9 @@ class PartitionConsumer:
         try:
             if self.holder.lost:
                 return self._lost()
-            if self.shutdown_requested:
-                return self._hand_off()
+            requester = self.holder.requested_by()
+            if self.shutdown_requested or requester is not None:
+                return self._hand_off(requester)
             if self.state is State.NEW:
                 self.processor.initialize(self.partition_id, self.start_seq)
                 self.state = State.PROCESSING
@@ -183,7 +193,9 @@ class PartitionConsumer:
                 logger.exception("%s: lease_lost of %s raised", self.worker_id, self.partition_id)
         return self._done(Outcome.LOST)
 
-    def _hand_off(self) -> StepResult:
+    def _hand_off(self, requester: str | None) -> StepResult:
+        """Checkpoint (the processor's shutdown_requested), then hand the lease to the
+        requester (a request that came meanwhile counts too) or release it."""
         if self.state is not State.NEW:
             try:
                 self.processor.shutdown_requested(self.checkpointer)
@@ -196,7 +208,11 @@ class PartitionConsumer:
                     self.worker_id,
                     self.partition_id,
                 )
-        released = self.holder.release()
+        requester = requester or self.holder.requested_by()
+        if requester is not None and not self.checkpointer.at_shard_end:
+            how = self.holder.hand_over(requester)
+        else:
+            how = "released" if self.holder.release() else "the lease was already lost"
         self.checkpointer.enabled = False
         if self.state is not State.NEW:
             try:
@@ -209,7 +225,7 @@ class PartitionConsumer:
             self.group,
             self.partition_id,
             self.holder.lease.checkpoint,
-            "released" if released else "the lease was already lost",
+            how,
         )
         return self._done(Outcome.HANDED_OFF)
 

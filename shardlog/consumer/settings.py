@@ -31,6 +31,14 @@ class ConsumerSettings:
     # long before taking that partition again; doubled per consecutive failure, up to the max.
     failure_backoff_ms: int = 1_000
     max_failure_backoff_ms: int = 60_000
+    # Rebalancing asks the owner to hand a lease over (it checkpoints first: nothing is
+    # delivered twice) instead of stealing it. False: steal at once, as KCL 2 does.
+    graceful_handoff: bool = True
+    # A handoff request not honoured within this long (the owner hung, or is inside a long
+    # batch) falls back to a steal; the owner ignores requests older than this. Must lie
+    # between renew_interval_ms (the owner sees a request at its next renewal at the
+    # latest) and lease_duration_ms. None: lease_duration_ms // 2, within those bounds.
+    handoff_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -45,12 +53,34 @@ class ConsumerSettings:
                 f"must be shorter than lease_duration_ms ({self.lease_duration_ms})",
                 limit=self.lease_duration_ms,
             )
+        handoff_ms = self.handoff_timeout_ms
+        if handoff_ms is not None and handoff_ms >= self.lease_duration_ms:
+            raise ValidationError(
+                "handoff_timeout_ms",
+                f"must be shorter than lease_duration_ms ({self.lease_duration_ms}): a handoff "
+                "slower than expiry gains nothing",
+                limit=self.lease_duration_ms,
+            )
+        if handoff_ms is not None and handoff_ms <= self.renew_interval_ms:
+            raise ValidationError(
+                "handoff_timeout_ms",
+                f"must be longer than renew_interval_ms ({self.renew_interval_ms}): an owner "
+                "learns of a request at its next renewal at the latest",
+                limit=self.renew_interval_ms,
+            )
         if self.max_failure_backoff_ms < self.failure_backoff_ms:
             raise ValidationError(
                 "max_failure_backoff_ms",
                 f"must be >= failure_backoff_ms ({self.failure_backoff_ms})",
                 limit=self.failure_backoff_ms,
             )
+
+    @property
+    def effective_handoff_timeout_ms(self) -> int:
+        if self.handoff_timeout_ms is not None:
+            return self.handoff_timeout_ms
+        default = max(self.lease_duration_ms // 2, self.renew_interval_ms + 1)
+        return min(default, self.lease_duration_ms - 1)
 
 
 def validate_group(group: str) -> str:

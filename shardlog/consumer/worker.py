@@ -4,13 +4,21 @@
 
 1. renew each held lease once renew_interval_ms passed since its last write;
 2. every take_interval_ms: create missing lease items from the partitions table,
-   then take (and at most one steal) per coordinator.plan_takes;
-3. one step per held partition that is due (a batch, the shard end, a lease loss),
-   on a thread pool, and wait for them.
+   then take (and at most one move) per coordinator.plan_takes;
+3. one step per held partition that is due (a batch, the shard end, a lease loss, a
+   handoff), on a thread pool, and wait for them.
+
+Moves are graceful (KCL 3's lease handoff): the worker asks the owner for the lease
+(``LeaseManager.request_transfer``) and waits; the owner, at its next renewal,
+checkpoint or listing, finishes the batch in flight, lets its processor checkpoint, and
+transfers the lease to it; the next listing shows the lease as this worker's, and it
+takes it at that checkpoint. A request not honoured within ``handoff_timeout_ms`` (the
+owner hung) becomes a steal; a dead owner's lease expires and is taken as before. So
+liveness never waits on the old owner, and safety rests on leaseCounter alone.
 
 ``run(stop)`` loops the same without waiting for slow partitions, so a slow
 processor never delays renewals or other partitions; on stop it hands every
-partition off gracefully (``shutdown()``).
+partition off gracefully (``shutdown()``): to a worker that asked for it, else released.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer.checkpointer import LeaseHolder
-from shardlog.consumer.coordinator import eligible_leases, plan_takes
+from shardlog.consumer.coordinator import TakePlan, eligible_leases, plan_takes
 from shardlog.consumer.exceptions import CheckpointLeaseLostError
 from shardlog.consumer.partition import Outcome, PartitionConsumer, State, StepResult
 from shardlog.consumer.positions import InitialPosition, resolve_start
@@ -56,10 +64,13 @@ def default_worker_id() -> str:
 class WorkerStats:
     delivered: int = 0
     taken: int = 0
-    stolen: int = 0
+    stolen: int = 0  # live leases taken without a handoff (handoff off, or not honoured)
     lost: int = 0
     finished: int = 0
     failed: int = 0
+    requested: int = 0  # handoffs this worker asked for
+    received: int = 0  # leases handed over to this worker
+    handed_off: int = 0  # leases this worker handed over or released after a checkpoint
 
 
 @dataclass(frozen=True)
@@ -107,6 +118,7 @@ class Worker:
         self._consumers: dict[str, PartitionConsumer] = {}
         self._running: dict[str, Future[StepResult]] = {}
         self._failures: dict[str, tuple[int, int]] = {}  # partition -> (failures, retake at ms)
+        self._asked: tuple[str, int] | None = None  # (partition, when) of our pending request
         self._last_take_ms: int | None = None
         self._rng = random.Random(self.worker_id)
         self._pool = ThreadPoolExecutor(
@@ -149,9 +161,12 @@ class Worker:
             self.shutdown()
 
     def shutdown(self) -> None:
-        """Graceful: each processor is asked to checkpoint, then its lease is released."""
+        """Graceful: our pending handoff request is withdrawn; each processor finishes its
+        batch and is asked to checkpoint, then its lease goes to a worker that asked for it,
+        or is released."""
         if self._closed:
             return
+        self._settle_request()
         for consumer in self._consumers.values():
             consumer.shutdown_requested = True
         wait(list(self._running.values()))
@@ -221,6 +236,8 @@ class Worker:
             self.stats.lost += 1
         elif outcome is Outcome.FINISHED:
             self.stats.finished += 1
+        elif outcome is Outcome.HANDED_OFF:
+            self.stats.handed_off += 1
         elif outcome is Outcome.FAILED:
             self.stats.failed += 1
             failures = self._failures.get(partition_id, (0, 0))[0] + 1
@@ -265,6 +282,8 @@ class Worker:
             consumer = self._consumers.get(lease.partition_id)
             if consumer is not None and lease.owner != self.worker_id:
                 consumer.holder.mark_lost(f"the table shows owner {lease.owner}")
+            elif consumer is not None and lease.transfer_requested_by is not None:
+                consumer.holder.note_transfer_request(lease)
         blocked = {p for p, (_, at) in self._failures.items() if at > now}
         plan = plan_takes(
             eligible_leases(leases, partitions),
@@ -277,8 +296,97 @@ class Worker:
         )
         for lease in plan.take:
             self._take(lease, partitions, plan.target, steal=False)
-        if plan.steal is not None:
-            self._take(plan.steal, partitions, plan.target, steal=True)
+        self._move(plan.steal, {lease.partition_id: lease for lease in leases}, partitions, plan)
+
+    def _move(
+        self,
+        candidate: Lease | None,
+        listed: Mapping[str, Lease],
+        partitions: Mapping[str, PartitionInfo],
+        plan: TakePlan,
+    ) -> None:
+        """Ask for ``candidate`` (graceful handoff), keep waiting for a pending request, or
+        steal once the request is older than handoff_timeout_ms."""
+        now = self.clock.now_ms()
+        timeout_ms = self.settings.effective_handoff_timeout_ms
+        if self._asked is not None:
+            partition_id, asked_at = self._asked
+            lease = listed.get(partition_id)
+            pending = (
+                lease is not None
+                and lease.owner not in (None, self.worker_id)
+                and lease.is_live(now)
+                and lease.transfer_requested_by == self.worker_id
+            )
+            if not pending:
+                self._asked = None  # handed over (taken above), or settled otherwise
+            elif candidate is None:
+                self._asked = None  # balanced meanwhile: we do not need it any more
+                self.leases.withdraw_transfer(self.group, partition_id, self.worker_id)
+                return
+            elif now - asked_at < timeout_ms:
+                return
+            else:
+                assert lease is not None
+                self._asked = None
+                logger.warning(
+                    "%s: %s did not hand over %s/%s within %d ms of our request: stealing it",
+                    self.worker_id,
+                    lease.owner,
+                    self.group,
+                    partition_id,
+                    timeout_ms,
+                )
+                self._take(lease, partitions, plan.target, steal=True)
+                return
+        if candidate is None:
+            return
+        if not self.settings.graceful_handoff:
+            self._take(candidate, partitions, plan.target, steal=True)
+            return
+        asked = self.leases.request_transfer(candidate, self.worker_id, stale_after_ms=timeout_ms)
+        if asked is None:
+            logger.debug("%s: could not ask for %s (changed meanwhile)", self.worker_id, candidate)
+            return
+        self._asked = (candidate.partition_id, now)
+        self.stats.requested += 1
+        logger.info(
+            "%s: asked %s to hand over %s/%s (it holds more than the target of %d)",
+            self.worker_id,
+            candidate.owner,
+            self.group,
+            candidate.partition_id,
+            plan.target,
+        )
+
+    def _settle_request(self) -> None:
+        """Leaving: take back our pending request, so no lease is handed to a worker that
+        is gone; if the owner handed it over first, release it at once (it was not
+        processed here, so its checkpoint stands) instead of leaving it to expire."""
+        if self._asked is None:
+            return
+        partition_id, _ = self._asked
+        self._asked = None
+        try:
+            if self.leases.withdraw_transfer(self.group, partition_id, self.worker_id):
+                return
+            lease = self.tables.get_lease(self.group, partition_id)
+            if (
+                lease is not None
+                and lease.owner == self.worker_id
+                and partition_id not in self._consumers
+            ):
+                self.leases.release(lease)  # fenced on the counter it was handed over with
+                logger.info(
+                    "%s: released %s/%s, handed over to us while we were leaving",
+                    self.worker_id,
+                    self.group,
+                    partition_id,
+                )
+        except LeaseLostError:
+            pass  # written meanwhile (taken by another worker): nothing of ours to settle
+        except (BotoCoreError, ClientError) as exc:
+            logger.warning("%s: withdrawing our handoff request failed: %s", self.worker_id, exc)
 
     def _take(
         self, seen: Lease, partitions: Mapping[str, PartitionInfo], target: int, *, steal: bool
@@ -298,6 +406,15 @@ class Worker:
                 seen.owner,
                 target,
             )
+        elif seen.owner == self.worker_id and seen.is_live(self.clock.now_ms()):
+            self.stats.received += 1
+            logger.info(
+                "%s: took lease %s/%s (handed over to us) at checkpoint %s",
+                self.worker_id,
+                self.group,
+                seen.partition_id,
+                lease.checkpoint,
+            )
         else:
             self.stats.taken += 1
             how = "unowned" if seen.owner is None else f"expired, was {seen.owner}"
@@ -309,7 +426,7 @@ class Worker:
                 how,
                 lease.checkpoint,
             )
-        holder = LeaseHolder(self.leases, lease)
+        holder = LeaseHolder(self.leases, lease, self.settings.effective_handoff_timeout_ms)
         if lease.checkpoint is not None and not lease.checkpoint.isdigit():
             logger.error(
                 "%s: %s/%s has checkpoint %r, not a log seq: not consuming it",

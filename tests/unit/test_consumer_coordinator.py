@@ -98,6 +98,29 @@ def test_a_lease_listed_as_ours_but_not_tracked_is_taken_again() -> None:
     assert [x.partition_id for x in plan.take] == ["x"]
 
 
+def test_a_lease_handed_over_to_us_is_taken_whatever_the_target() -> None:
+    """A handoff wrote us as the owner: we take it even at (or above) the target, and
+    before anything free, so the handed-over partition does not wait for an expiry."""
+    leases = [*owned({"me": 2, "a": 2}), lease("h", "me"), lease("free")]
+    tracked = mine(leases, "me") - {"h"}
+    plan = plan_takes(leases, "me", NOW, tracked=tracked)
+    assert plan.target == 3 and plan.held == 2
+    assert [x.partition_id for x in plan.take] == ["h"] and plan.steal is None
+    at_target = [*owned({"me": 3, "a": 1}), lease("h", "me")]
+    full = plan_takes(at_target, "me", NOW, tracked=mine(at_target, "me") - {"h"})
+    assert (full.target, full.held) == (3, 3)
+    assert [x.partition_id for x in full.take] == ["h"], "above the target too"
+
+
+def test_a_move_prefers_a_lease_nobody_else_asked_for() -> None:
+    leases = [lease(f"p{i}", "a", transfer_requested_by="b" if i else None) for i in range(4)]
+    for seed in range(20):
+        plan = plan_takes(leases, "me", NOW, rng=random.Random(seed))
+        assert plan.steal is not None and plan.steal.partition_id == "p0"
+    asked = [lease(f"p{i}", "a", transfer_requested_by="b") for i in range(4)]
+    assert plan_takes(asked, "me", NOW).steal is not None, "all asked for: still one"
+
+
 def test_backed_off_partitions_are_not_taken() -> None:
     plan = plan_takes([lease("x"), lease("y")], "me", NOW, blocked={"x"})
     assert [x.partition_id for x in plan.take] == ["y"]

@@ -286,10 +286,16 @@ def test_local_runtime_without_the_api(tmp_path: Path) -> None:
         assert "apiUrl" not in runtime.config.extra
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """Distinct free ports: every socket stays bound until all are chosen."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _wait_for(condition: Callable[[], bool], timeout_s: float = 60) -> bool:
@@ -303,11 +309,11 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 60) -> bool:
 
 def test_local_up_serves_the_api_on_the_requested_port(tmp_path: Path) -> None:
     state = tmp_path / "local.json"
-    api_port = _free_port()
+    aws_port, api_port = _free_ports(2)
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
     process = subprocess.Popen(
         [sys.executable, "-m", "shardlog", "--state-file", str(state), "local", "up",
-         "--port", str(_free_port()), "--api-port", str(api_port), "--shards", "1",
+         "--port", str(aws_port), "--api-port", str(api_port), "--shards", "1",
          "--max-seconds", "120"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
