@@ -76,6 +76,20 @@ def _ms_option(name: str, default: int, help_text: str) -> Any:
 )
 @_ms_option("--max-failure-backoff-ms", _DEFAULTS.max_failure_backoff_ms, "The longest such wait.")
 @click.option(
+    "--graceful-handoff/--no-graceful-handoff",
+    default=_DEFAULTS.graceful_handoff,
+    show_default=True,
+    help="Balance by asking the owner to checkpoint and hand a lease over (nothing delivered "
+    "twice); --no-graceful-handoff steals at once, as KCL 2 does.",
+)
+@click.option(
+    "--handoff-timeout-ms",
+    type=click.IntRange(min=1),
+    default=None,
+    help="A handoff request not honoured this long falls back to a steal "
+    "[default: lease duration / 2, above the renew interval].",
+)
+@click.option(
     "--start-position",
     type=click.Choice([p.value for p in InitialPosition]),
     default=InitialPosition.TRIM_HORIZON.value,
@@ -127,6 +141,8 @@ def consume(
     idle_poll_interval_ms: int,
     failure_backoff_ms: int,
     max_failure_backoff_ms: int,
+    graceful_handoff: bool,
+    handoff_timeout_ms: int | None,
     start_position: str,
     at_timestamp: str | None,
     at_sequence: tuple[str, ...],
@@ -161,6 +177,8 @@ def consume(
             start_position=_start_position(start_position, at_timestamp, at_sequence),
             failure_backoff_ms=failure_backoff_ms,
             max_failure_backoff_ms=max_failure_backoff_ms,
+            graceful_handoff=graceful_handoff,
+            handoff_timeout_ms=handoff_timeout_ms,
         )
         multilang = MultiLangSettings(response_timeout_ms, shutdown_timeout_ms)
     except ValidationError as exc:

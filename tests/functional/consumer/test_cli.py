@@ -22,7 +22,8 @@ def test_consume_help_names_settings_with_units() -> None:
     result = run_cli(None, "consume", "--help")
     assert result.exit_code == 0
     for option in ("--lease-duration-ms", "--renew-interval-ms", "--records-per-call",
-                   "--idle-poll-interval-ms", "--max-leases", "--start-position"):  # fmt: skip
+                   "--idle-poll-interval-ms", "--max-leases", "--start-position",
+                   "--no-graceful-handoff", "--handoff-timeout-ms"):  # fmt: skip
         assert option in result.output
 
 
@@ -35,6 +36,14 @@ def test_consume_help_names_settings_with_units() -> None:
         (
             ["consume", "--group", "g", "--renew-interval-ms", "20000", "--", "cat"],
             "renew_interval_ms: must be shorter than lease_duration_ms",
+        ),
+        (
+            ["consume", "--group", "g", "--handoff-timeout-ms", "10000", "--", "cat"],
+            "handoff_timeout_ms: must be shorter than lease_duration_ms (10000)",
+        ),
+        (
+            ["consume", "--group", "g", "--handoff-timeout-ms", "3000", "--", "cat"],
+            "handoff_timeout_ms: must be longer than renew_interval_ms (3000)",
         ),
         (
             ["consume", "--group", "g", "--start-position", "AT_TIMESTAMP", "--", "cat"],
