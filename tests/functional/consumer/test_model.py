@@ -5,6 +5,12 @@ Two groups consume the same log (one checkpoints every batch, one every other ba
 After every step, for each group and key, no record is delivered before every earlier
 record of its key was (per-key order across reshards, duplicates allowed only as
 replays). At the end every record has been delivered to each group: nothing skipped.
+
+The dangerous schedules are reached on purpose, and counted (``TALLY``; the test asserts
+each kind happened): a worker paused between any two of its AWS calls, or just before a
+take, a checkpoint or a renewal, while its leases expire and the other workers of its
+group take them over. Its take, checkpoint or renewal is then refused by the lease's
+fence (counted from DynamoDB's answers). scripts/soak.py runs this machine for longer.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
@@ -33,6 +40,7 @@ from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.tables import Tables
 from tests.support.aws import AwsEnv, make_env
 from tests.support.factories import append, end_partition, register_partition
+from tests.support.schedules import FenceCounter, Pause, Tally
 
 KEYS = [f"k{i}" for i in range(6)]
 GROUPS = {"every-batch": 1, "every-other-batch": 2}  # group -> checkpoint every n batches
@@ -42,6 +50,17 @@ SETTINGS = ConsumerSettings(
     take_interval_ms=1,
     idle_poll_interval_ms=0,
     records_per_call=3,
+)
+TALLY = Tally()
+# What every run must reach: each fenced lease write, after a pause mid-cycle.
+MUST_REACH = (
+    "refused take",
+    "refused checkpoint",
+    "refused renew",
+    "stall before take write",
+    "stall before checkpoint write",
+    "stall before renew write",
+    "stall between calls",
 )
 
 
@@ -83,6 +102,7 @@ class Recording(RecordProcessor):
 class ModelWorker:
     worker: Worker
     group: str
+    pause: Pause
     stalled: bool = False
 
 
@@ -101,8 +121,10 @@ class ConsumerMachine(RuleBasedStateMachine):
         self.open: dict[str, set[str]] = {"p0": set(KEYS[:4]), "q0": set(KEYS[4:])}
         self.partitions: dict[str, int] = {"p0": 0, "q0": 0}  # committed records
         self.phase = 0
+        self.fences = FenceCounter()
         for partition_id in self.open:
             register_partition(self.aws, partition_id)
+        TALLY.add("schedules")
 
     @initialize()
     def first_workers(self) -> None:
@@ -133,34 +155,39 @@ class ConsumerMachine(RuleBasedStateMachine):
     def join(self, group: str) -> None:
         name = f"w{next(self.names)}"
         log, every = self.logs[group], GROUPS[group]
+        clients = self.aws.fresh_clients()  # its own "process": a pause stalls only it
+        self.fences.attach(clients)
         worker = Worker(
             group,
             config=self.aws.config,
-            clients=self.aws.clients,
+            clients=clients,
             settings=SETTINGS,
             clock=self.clock,
             worker_id=name,
             threads=3,
             factory=lambda _partition_id: Recording(log, every),  # type: ignore[arg-type,return-value]
         )
-        self.workers.append(ModelWorker(worker, group))
+        self.workers.append(ModelWorker(worker, group, Pause(clients)))
 
     @precondition(lambda self: self.workers)
     @rule(data=st.data())
     def leave_gracefully(self, data: st.DataObject) -> None:
         model = self.workers.pop(data.draw(st.integers(0, len(self.workers) - 1)))
         model.worker.shutdown()
+        TALLY.add("graceful leave")
 
     @precondition(lambda self: self.workers)
     @rule(data=st.data())
     def crash(self, data: st.DataObject) -> None:
         model = self.workers.pop(data.draw(st.integers(0, len(self.workers) - 1)))
         model.worker.close()
+        TALLY.add("crash")
 
     @precondition(lambda self: self.workers)
     @rule(data=st.data())
     def stall(self, data: st.DataObject) -> None:
         data.draw(st.sampled_from(self.workers)).stalled = True
+        TALLY.add("stall between cycles")
 
     @precondition(lambda self: any(m.stalled for m in self.workers))
     @rule(data=st.data())
@@ -178,18 +205,70 @@ class ConsumerMachine(RuleBasedStateMachine):
     @rule()
     def leases_expire(self) -> None:
         self.clock.advance(SETTINGS.lease_duration_ms)
+        TALLY.add("lease expired")
+
+    @precondition(lambda self: any(not m.stalled for m in self.workers))
+    @rule(data=st.data(), nth=st.integers(1, 12))
+    def stall_between_calls(self, data: st.DataObject, nth: int) -> None:
+        """A worker pauses just before the ``nth`` AWS call of its next cycle (listing,
+        taking, reading, checkpointing, renewing) past its leases' expiry."""
+        model = data.draw(st.sampled_from([m for m in self.workers if not m.stalled]))
+        self.paused_cycle(model, lambda: model.pause.before_call(nth, self.successors(model)))
+
+    @precondition(lambda self: any(not m.stalled for m in self.workers))
+    @rule(data=st.data(), kind=st.sampled_from(["take", "checkpoint", "renew"]))
+    def stall_before_write(self, data: st.DataObject, kind: str) -> None:
+        """A worker pauses just before a take, a checkpoint or a renewal past its leases'
+        expiry, while the other workers of its group take them: the write is fenced."""
+        model = data.draw(st.sampled_from([m for m in self.workers if not m.stalled]))
+        if kind == "take":  # every lease is expired: the worker has leases to take
+            self.clock.advance(SETTINGS.lease_duration_ms + 1)
+        elif kind == "renew":
+            self.clock.advance(SETTINGS.renew_interval_ms)
+        else:  # records to process, hence to checkpoint
+            for keys in list(self.open.values()):
+                self.produce(sorted(keys)[0], 2, 3)
+        self.paused_cycle(model, lambda: model.pause.before_write(kind, self.successors(model)))
+
+    def paused_cycle(self, model: ModelWorker, arm: Callable[[], None]) -> None:
+        arm()
+        try:
+            model.worker.run_once()
+        finally:
+            preceded = model.pause.disarm()
+        if preceded is not None:
+            TALLY.add("stall between calls")
+            TALLY.add(f"stall before {preceded}")
+
+    def successors(self, paused: ModelWorker) -> Callable[[], None]:
+        """What happens while ``paused`` is paused: its leases expire and the other workers
+        of its group (one joins if there is none) run a cycle, taking them over."""
+
+        def act() -> None:
+            self.clock.advance(SETTINGS.lease_duration_ms + 1)
+            others = [m for m in self.workers if m.group == paused.group and m is not paused]
+            if not others:
+                self.join(paused.group)
+                others = [self.workers[-1]]
+            for model in others:
+                if not model.stalled:
+                    model.worker.run_once()
+
+        return act
 
     @precondition(lambda self: self.phase == 0)
     @rule()
     def split(self) -> None:
         self.reshard(["p0"], {"c1": set(KEYS[:2]), "c2": set(KEYS[2:4])})
         self.phase = 1
+        TALLY.add("split")
 
     @precondition(lambda self: self.phase == 1)
     @rule()
     def merge(self) -> None:
         self.reshard(["c1", "c2"], {"m3": set(KEYS[:4])})
         self.phase = 2
+        TALLY.add("merge")
 
     def reshard(self, parents: list[str], children: dict[str, set[str]]) -> None:
         for parent in parents:
@@ -203,6 +282,7 @@ class ConsumerMachine(RuleBasedStateMachine):
     # --- checks ----------------------------------------------------------------------------
     @invariant()
     def per_key_order_holds_in_every_group(self) -> None:
+        TALLY.add("steps")  # invariants run once per schedule, then after every step
         for group, log in self.logs.items():
             assert not log.violations, f"{group}: {log.violations[:3]}"
 
@@ -212,6 +292,7 @@ class ConsumerMachine(RuleBasedStateMachine):
         finally:
             for model in self.workers:
                 model.worker.close()
+            TALLY.merge(self.fences.refused, prefix="refused ")
 
     def finish(self) -> None:
         for model in self.workers:
@@ -245,6 +326,7 @@ class ConsumerMachine(RuleBasedStateMachine):
 
 def test_consumer_groups_model(endpoint_url: str) -> None:
     ConsumerMachine.endpoint_url = endpoint_url
+    TALLY.reset()
     run_state_machine_as_test(
         ConsumerMachine,
         settings=settings(
@@ -254,3 +336,6 @@ def test_consumer_groups_model(endpoint_url: str) -> None:
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
+    # The model reached the dangerous schedules, not only the happy path.
+    assert not TALLY.missing(MUST_REACH), f"never reached {TALLY.missing(MUST_REACH)}: {TALLY}"
+    print(f"consumer groups model: {dict(TALLY.counts)}")

@@ -2,7 +2,15 @@
 zombie, lease expiry, redelivery, split and merge. After every step each partition's
 log is exactly a prefix of its shard (nothing lost, nothing twice, dense seqs); at
 the end, once everything is delivered, every record is in the log exactly once and
-each key's records are in produce order when partitions are read parents-first."""
+each key's records are in produce order when partitions are read parents-first.
+
+The dangerous schedules are reached on purpose, and counted (``TALLY``; the test asserts
+each kind happened): a writer stalled between any two of its AWS calls while its lease
+expires and a successor appends (``stall_between_calls``), and a zombie whose successor
+moved the head before it commits (``zombie_overtaken``), which both of the commit's
+fences (leaseCounter and nextSequenceNumber) must refuse. scripts/soak.py runs this
+machine for longer.
+"""
 
 from __future__ import annotations
 
@@ -25,11 +33,25 @@ from shardlog.exceptions import CommitConflictError, LeaseHeldError, LeaseLostEr
 from shardlog.format import IncomingRecord
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.reader import LogReader
-from shardlog.writer import LogWriter, PreparedBatch, WriterSettings
+from shardlog.tables import cancelled_items
+from shardlog.writer import AppendResult, LogWriter, PreparedBatch, WriterSettings
 from tests.support.aws import AwsEnv, make_env
+from tests.support.schedules import Pause, Tally
 
 KEYS = [f"k{i}" for i in range(6)]
 LEASE_MS = 30_000
+TALLY = Tally()
+# What every run must reach: a stall before each of the write path's requests after the
+# first, a stalled writer fenced, a zombie refused after its successor moved the head.
+MUST_REACH = (
+    "stall before TransactGetItems",
+    "stall before PutObject",
+    "stall before TransactWriteItems",
+    "stalled writer fenced",
+    "zombie fenced after the head moved",
+    "segment adopted",
+    "redelivered record dropped",
+)
 
 
 @dataclass
@@ -55,6 +77,8 @@ class WritePathMachine(RuleBasedStateMachine):
         self.zombies: list[tuple[LogWriter, PreparedBatch]] = []
         self.phase = 0
         self.reader = LogReader(self.aws.clients, self.aws.config.bucket, self.aws.config.tables)
+        self.pause = Pause(self.aws.clients)
+        TALLY.add("schedules")
 
     def writer(self, segment_max_records: int = 3) -> LogWriter:
         return LogWriter(
@@ -105,8 +129,9 @@ class WritePathMachine(RuleBasedStateMachine):
             return
         batch = shard.records[shard.position : shard.position + size]
         try:
-            self.writer(segment).append(shard.shard_id, batch)
+            self.count(self.writer(segment).append(shard.shard_id, batch))
         except LeaseHeldError:
+            TALLY.add("lease held")
             return  # Lambda retries later
         shard.position += len(batch)
 
@@ -118,6 +143,7 @@ class WritePathMachine(RuleBasedStateMachine):
         batch = shard.records[shard.position : shard.position + size]
         with contextlib.suppress(LeaseHeldError):
             self.writer().prepare(shard.shard_id, batch)  # and never commits
+            TALLY.add("crash after the S3 write")
 
     @rule(data=st.data(), size=st.integers(1, 8))
     def start_zombie(self, data: st.DataObject, size: int) -> None:
@@ -133,12 +159,98 @@ class WritePathMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def zombie_wakes_up(self, data: st.DataObject) -> None:
         writer, prepared = self.zombies.pop(data.draw(st.integers(0, len(self.zombies) - 1)))
-        with contextlib.suppress(LeaseLostError, CommitConflictError):
+        try:
             writer.commit(prepared)  # fine if it still holds the lease and the head
+            TALLY.add("zombie committed (still held its lease)")
+        except (LeaseLostError, CommitConflictError) as exc:
+            TALLY.add(f"zombie fenced ({type(exc).__name__})")
+
+    @rule(data=st.data(), size=st.integers(1, 8), successor_size=st.integers(1, 8))
+    def zombie_overtaken(self, data: st.DataObject, size: int, successor_size: int) -> None:
+        """A writer prepares, stalls past its lease; a successor appends (moving the head);
+        the zombie commits: both fences must refuse it (the lease counter moved, and so
+        did the head), and nothing of its batch may count."""
+        shard = self.pending_shard(data)
+        self.clock.advance(LEASE_MS)  # no live lease in the way (start_zombie's)
+        zombie, start = self.writer(), shard.position
+        prepared = zombie.prepare(shard.shard_id, shard.records[start : start + size])
+        self.clock.advance(LEASE_MS)
+        head_before = self.reader.head(shard.shard_id)
+        successor_batch = shard.records[start : start + successor_size]
+        self.count(self.writer().append(shard.shard_id, successor_batch))
+        shard.position = max(shard.position, start + len(successor_batch))
+        head_moved = self.reader.head(shard.shard_id) > head_before
+        try:
+            zombie.commit(prepared)
+        except LeaseLostError as exc:
+            if head_moved and prepared.new_head > prepared.head:
+                # The commit transaction was refused by both of its conditions.
+                assert cancelled_items(exc.__cause__ or exc) == [True, True], (
+                    f"zombie refused by {cancelled_items(exc.__cause__ or exc)}: "
+                    "both the head and the lease fence must refuse it"
+                )
+                TALLY.add("zombie fenced after the head moved")
+            return
+        raise AssertionError("a zombie past its lease committed after its successor")
+
+    @rule(
+        data=st.data(),
+        size=st.integers(1, 8),
+        segment=st.integers(1, 3),
+        nth=st.integers(1, 6),
+        expire=st.booleans(),
+        successor_size=st.integers(0, 8),
+    )
+    def stall_between_calls(
+        self,
+        data: st.DataObject,
+        size: int,
+        segment: int,
+        nth: int,
+        expire: bool,
+        successor_size: int,
+    ) -> None:
+        """A writer pauses just before its ``nth`` AWS call (GC, a frozen Lambda); meanwhile
+        its lease may expire and a successor append the same records. Whatever the
+        pause preceded, the log stays a prefix of the shard (the invariant)."""
+        shard = self.pending_shard(data)
+        start = shard.position
+        batch = shard.records[start : start + size]
+        succeeded: list[int] = []
+
+        def stall() -> None:
+            if expire:
+                self.clock.advance(LEASE_MS)
+            if successor_size:
+                successor_batch = shard.records[start : start + successor_size]
+                try:
+                    self.count(self.writer().append(shard.shard_id, successor_batch))
+                    succeeded.append(len(successor_batch))
+                    TALLY.add("successor appended during a stall")
+                except LeaseHeldError:
+                    TALLY.add("successor met the stalled writer's live lease")
+
+        self.pause.before_call(nth, stall)
+        try:
+            result = self.writer(segment).append(shard.shard_id, batch)
+            self.count(result)
+            succeeded.append(len(batch))
+        except (LeaseLostError, CommitConflictError) as exc:
+            TALLY.add("stalled writer fenced")
+            TALLY.add(f"stalled writer fenced ({type(exc).__name__})")
+        except LeaseHeldError:
+            TALLY.add("lease held")
+        finally:
+            preceded = self.pause.disarm()
+        if preceded is not None:
+            TALLY.add(f"stall before {preceded}")
+        if succeeded:
+            shard.position = max(shard.position, start + max(succeeded))
 
     @rule()
     def leases_expire(self) -> None:
         self.clock.advance(LEASE_MS)
+        TALLY.add("lease expired")
 
     @rule(data=st.data(), back=st.integers(1, 10))
     def redeliver(self, data: st.DataObject, back: int) -> None:
@@ -146,6 +258,7 @@ class WritePathMachine(RuleBasedStateMachine):
         if started:
             shard = data.draw(st.sampled_from(started))
             shard.position = max(0, shard.position - back)
+            TALLY.add("redelivery")
 
     @precondition(lambda self: self.phase == 0)
     @rule()
@@ -155,6 +268,7 @@ class WritePathMachine(RuleBasedStateMachine):
         self.shards["c1"] = ModelShard("c1", {k for k in KEYS if int(k[1:]) % 2 == 0}, ("p0",))
         self.shards["c2"] = ModelShard("c2", {k for k in KEYS if int(k[1:]) % 2 == 1}, ("p0",))
         self.phase = 1
+        TALLY.add("split")
 
     @precondition(lambda self: self.phase == 1)
     @rule()
@@ -162,10 +276,27 @@ class WritePathMachine(RuleBasedStateMachine):
         self.shards["c1"].closed = self.shards["c2"].closed = True
         self.shards["m3"] = ModelShard("m3", set(KEYS), ("c1", "c2"))
         self.phase = 2
+        TALLY.add("merge")
+
+    # --- helpers -------------------------------------------------------------------------
+    def pending_shard(self, data: st.DataObject) -> ModelShard:
+        """A deliverable shard, producing a few records first when none is."""
+        shard = self.pick(data)
+        if shard is None:  # then the new records are deliverable: every parent is done
+            self.produce(data.draw(st.sampled_from(KEYS)), 3)
+            shard = self.pick(data)
+        assert shard is not None
+        return shard
+
+    def count(self, result: AppendResult) -> None:
+        TALLY.add("batch committed" if result.committed else "batch with nothing new")
+        TALLY.add("segment adopted", result.segments_adopted)
+        TALLY.add("redelivered record dropped", result.redelivered)
 
     # --- checks ------------------------------------------------------------------------
     @invariant()
     def log_is_a_prefix_of_each_shard(self) -> None:
+        TALLY.add("steps")  # invariants run once per schedule, then after every step
         for shard in self.shards.values():
             logged = [r.kinesis_sequence_number for r in self.reader.records(shard.shard_id)]
             expected = [r.kinesis_sequence_number for r in shard.records[: len(logged)]]
@@ -197,6 +328,7 @@ class WritePathMachine(RuleBasedStateMachine):
 
 def test_write_path_model(endpoint_url: str) -> None:
     WritePathMachine.endpoint_url = endpoint_url
+    TALLY.reset()
     run_state_machine_as_test(
         WritePathMachine,
         settings=settings(
@@ -206,3 +338,6 @@ def test_write_path_model(endpoint_url: str) -> None:
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
+    # The model reached the dangerous schedules, not only the happy path.
+    assert not TALLY.missing(MUST_REACH), f"never reached {TALLY.missing(MUST_REACH)}: {TALLY}"
+    print(f"write-path model: {dict(TALLY.counts)}")

@@ -1,0 +1,147 @@
+"""What the model tests need to reach the dangerous schedules, and to prove they did.
+
+- ``Pause``: a re-armable stall between two AWS calls of one client set (one writer, one
+  worker, one runner: one "process"). Armed, it runs an action (the clock moves past the
+  lease, a successor acts) just before the n-th call, or before the first write of a kind;
+  the paused call then goes out, as after a GC pause or a frozen Lambda.
+- ``FenceCounter``: counts the conditional lease writes DynamoDB refused, by kind (take,
+  checkpoint, renew, release, acquire), read from the real requests and answers.
+- ``Tally``: the counts of one model across its schedules: schedules, steps, faults by
+  kind and violations. The model tests assert the dangerous kinds are non-zero; the soak
+  (scripts/soak.py) prints them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from shardlog.aws import Clients
+
+_PARAMS = "shardlog.model.params"
+CONDITION_REFUSED = "ConditionalCheckFailedException"
+
+
+def lease_write_kind(params: dict[str, Any]) -> str:
+    """Which lease write an UpdateItem of the consumers table is (shardlog/lease.py)."""
+    expression = params.get("UpdateExpression", "")
+    condition = params.get("ConditionExpression", "")
+    if "#owner = :me" in expression and ":seen" in condition:
+        return "take"
+    if "#owner = :me" in expression:
+        return "acquire"
+    if "#cp = :cp" in expression:
+        return "checkpoint"
+    if "REMOVE" in expression and "#owner" in expression.split("REMOVE", 1)[1]:
+        return "release"
+    if "#expires = :expires" in expression:
+        return "renew"
+    return "other"
+
+
+def _remember_params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    context[_PARAMS] = params
+
+
+class Pause:
+    """A stall of one client set between two of its AWS calls, armed once at a time."""
+
+    def __init__(self, clients: Clients) -> None:
+        self._lock = threading.Lock()
+        self._action: Callable[[], object] | None = None
+        self._calls_left = 0
+        self._kind: str | None = None
+        self.preceded: str | None = None  # the operation (or write kind) the last stall preceded
+        clients.add_hook("before-parameter-build", _remember_params)
+        clients.add_hook("before-call", self._before_call)
+
+    def before_call(self, nth: int, action: Callable[[], object]) -> None:
+        """Stall just before the ``nth`` AWS call from now (1: the next one)."""
+        with self._lock:
+            self._action, self._calls_left, self._kind, self.preceded = action, nth, None, None
+
+    def before_write(self, kind: str, action: Callable[[], object]) -> None:
+        """Stall just before the next lease write of ``kind`` (see ``lease_write_kind``)."""
+        with self._lock:
+            self._action, self._calls_left, self._kind, self.preceded = action, 1, kind, None
+
+    def disarm(self) -> str | None:
+        """Disarm; what the stall preceded, or None when it did not happen."""
+        with self._lock:
+            self._action = None
+            return self.preceded
+
+    def _before_call(self, model: Any = None, context: Any = None, **_: Any) -> None:
+        name = getattr(model, "name", "?")
+        with self._lock:
+            action = self._action
+            if action is None:
+                return
+            if self._kind is not None:
+                params = (context or {}).get(_PARAMS, {})
+                if name != "UpdateItem" or lease_write_kind(params) != self._kind:
+                    return
+                label = f"{self._kind} write"
+            else:
+                self._calls_left -= 1
+                if self._calls_left > 0:
+                    return
+                label = name
+            self._action, self.preceded = None, label  # one stall per arming, never nested
+        action()
+
+
+class FenceCounter:
+    """Counts refused conditional lease writes (UpdateItem on the consumers table) by kind."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.refused: Counter[str] = Counter()
+        self.written: Counter[str] = Counter()
+
+    def attach(self, clients: Clients) -> FenceCounter:
+        clients.add_hook("before-parameter-build.dynamodb.UpdateItem", _remember_params)
+        clients.add_hook("after-call.dynamodb.UpdateItem", self._after_call)
+        return self
+
+    def _after_call(self, parsed: Any = None, context: Any = None, **_: Any) -> None:
+        kind = lease_write_kind((context or {}).get(_PARAMS, {}))
+        code = (parsed or {}).get("Error", {}).get("Code")
+        with self._lock:
+            if code == CONDITION_REFUSED:
+                self.refused[kind] += 1
+            elif code is None:
+                self.written[kind] += 1
+
+
+class Tally:
+    """A model's counts across schedules (one per test run, or per soak)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+
+    def add(self, kind: str, count: int = 1) -> None:
+        with self._lock:
+            self.counts[kind] += count
+
+    def merge(self, counts: Counter[str] | dict[str, int], prefix: str = "") -> None:
+        with self._lock:
+            for kind, count in counts.items():
+                if count:
+                    self.counts[f"{prefix}{kind}"] += count
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counts.clear()
+
+    def __repr__(self) -> str:
+        with self._lock:
+            return f"Tally({dict(sorted(self.counts.items()))})"
+
+    def missing(self, kinds: list[str] | tuple[str, ...]) -> list[str]:
+        """The kinds of ``kinds`` this tally never counted."""
+        with self._lock:
+            return [kind for kind in kinds if self.counts[kind] <= 0]
