@@ -36,6 +36,14 @@ bench: $(STAMP)
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/consume.py
 	$(BIN)/python bench/compact.py
+	$(BIN)/python bench/lambda_consumer.py
+	$(BIN)/python bench/latency.py
+	$(BIN)/python bench/cost.py
+
+# README.md's "Measured" block, regenerated from the benchmarks (quick runs; FULL=1: full runs).
+.PHONY: measured
+measured: $(STAMP)
+	$(BIN)/python bench/report.py $(if $(FULL),--full)
 
 clean:
 	rm -rf $(VENV) .shardlog .pytest_cache .mypy_cache .ruff_cache cdk.out node_modules

@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
     baseline = rows[-1]
     report: list[dict[str, Any]] = []
-    print(f"{'path':<52} {'records':>8} {'records/s':>11} {'req/1k rec':>11} {'vs baseline':>12}")
+    if not args.json:
+        header = ("path", "records", "records/s", "req/1k rec", "vs baseline")
+        print(f"{header[0]:<52} {header[1]:>8} {header[2]:>11} {header[3]:>11} {header[4]:>12}")
     for row in rows:
         ratio = row.records_per_s / baseline.records_per_s
         report.append(

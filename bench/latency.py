@@ -1,0 +1,419 @@
+"""Latency benchmark: produce-to-committed and produce-to-delivered, at steady rates.
+
+Each run starts the local runtime as `shardlog local up` runs it (embedded AWS, the local
+Kinesis event-source poller, the ingest handler, shard sync, a Lambda consumer group), plus
+`shardlog consume`-style workers, and produces at a steady rate with the SDK for a fixed
+time. Per record it measures, from the start of the PutRecords call that put it:
+
+- committed: the return of the ingest invocation that committed it (the handler returns
+  only after the commit transaction; the record's seq is then below the partition's
+  committed head, so `shardlog read` returns it). Measured from the writer's commit, not by
+  polling the head, so the measurement sends no request of its own;
+- worker: delivery to a consumer group worker's processor (`shardlog.consumer.Worker`),
+  one group per idle-poll setting (the default first), all in the same run;
+- lambda: the invocation of a Lambda consumer group's function (partitions stream ->
+  waker -> SQS FIFO wake queue -> runner, as `local up --lambda-consumer` runs it).
+
+Each rate runs with the ingest batching window at its default and at 0, so the window's
+share shows side by side, with the ingest requests (and invocations) per 1,000 records that
+each window costs. Shards: `local up`'s 4, or more when the rate needs them (a Kinesis
+shard takes at most 1,000 records/s).
+
+Exits non-zero unless every produced record was committed exactly once and delivered to
+every consumer. The last line is `p99 produce-to-committed at 1000 records/s: <N> ms`
+(default window). Usage:
+python bench/latency.py [--quick] [--rates 100,1000,5000] [--seconds S] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import common  # noqa: F401  (first: the repository importable, Powertools quiet)
+
+from shardlog import constants as C
+from shardlog.config import ShardlogConfig
+from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
+from shardlog.format import LogRecord
+from shardlog.lambda_consumer.settings import LambdaConsumerSettings
+from shardlog.local.lambda_consumers import LocalGroup
+from shardlog.local.poller import EventSourceSettings
+from shardlog.local.runtime import LocalRuntime
+from shardlog.producer import Producer, ProducerRecord
+from shardlog.reader import LogReader
+from shardlog.tables import Tables
+
+LOCAL_UP_SHARDS = 4  # `shardlog local up --shards` default
+KINESIS_SHARD_RECORDS_PER_S = 1_000
+TICK_S = 0.01  # the producer puts what is due every 10 ms
+DRAIN_TIMEOUT_S = 60.0
+DEFAULT_WINDOW_MS = C.INGEST_BATCHING_WINDOW_S * 1000
+DEFAULT_IDLE_POLL_MS = ConsumerSettings().idle_poll_interval_ms
+LAMBDA_GROUP = "latency-lambda"
+
+
+def percentiles(values_ms: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(values_ms)
+    if len(ordered) < 2:
+        only = ordered[0] if ordered else float("nan")
+        return {"p50": only, "p95": only, "p99": only, "max": only}
+    q = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {"p50": q[49], "p95": q[94], "p99": q[98], "max": ordered[-1]}
+
+
+class Arrivals:
+    """The first time each record (by key) reached one point of the pipeline."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.first: dict[str, float] = {}
+        self.count: Counter[str] = Counter()
+
+    def note(self, keys: Sequence[str]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for key in keys:
+                self.count[key] += 1
+                self.first.setdefault(key, now)
+
+    def has_all(self, keys: Sequence[str]) -> bool:
+        with self._lock:
+            return len(self.first) >= len(keys)
+
+    def duplicates(self) -> int:
+        with self._lock:
+            return sum(n - 1 for n in self.count.values() if n > 1)
+
+    # A worker's processor and a Lambda consumer's function, noting what they get.
+    def processor(self, batch: list[LogRecord], checkpointer: Checkpointer) -> None:
+        self.note([r.partition_key for r in batch])
+        checkpointer.checkpoint()
+
+    def function(self, event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        self.note([r["kinesis"]["partitionKey"] for r in event["Records"]])
+        return {"batchItemFailures": []}
+
+
+def timed_ingest(handler: Callable[..., Any], committed: Arrivals) -> Callable[..., Any]:
+    """The ingest handler, noting its records as committed when it returns success."""
+
+    def handle(event: dict[str, Any], context: Any) -> Any:
+        response = handler(event, context)
+        if not (response or {}).get("batchItemFailures"):
+            committed.note([r["kinesis"]["partitionKey"] for r in event["Records"]])
+        return response
+
+    return handle
+
+
+@dataclass
+class RunResult:
+    rate: int
+    window_ms: int
+    shards: int
+    seconds: float
+    produced: int
+    achieved_rate: float
+    max_producer_lag_ms: float
+    invocations: int
+    ingest_requests: int
+    paths: dict[str, dict[str, float]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rate": self.rate,
+            "windowMs": self.window_ms,
+            "shards": self.shards,
+            "seconds": self.seconds,
+            "produced": self.produced,
+            "achievedRate": round(self.achieved_rate, 1),
+            "maxProducerLagMs": round(self.max_producer_lag_ms, 1),
+            "ingestInvocations": self.invocations,
+            "recordsPerInvocation": round(self.produced / max(self.invocations, 1), 1),
+            "ingestRequestsPer1000Records": round(
+                1000 * self.ingest_requests / max(self.produced, 1), 2
+            ),
+            "paths": {
+                name: {k: round(v, 1) for k, v in figures.items()}
+                for name, figures in self.paths.items()
+            },
+            "errors": self.errors,
+        }
+
+
+def produce_steadily(
+    producer: Producer, rate: int, seconds: float, record_bytes: int, sent_at: dict[str, float]
+) -> tuple[list[str], float]:
+    """Put ``rate`` records/s for ``seconds``; the keys, and the worst lag behind schedule."""
+    keys: list[str] = []
+    payload = b"x" * record_bytes
+    total = int(rate * seconds)
+    started = time.monotonic()
+    worst_lag = 0.0
+    while len(keys) < total:
+        now = time.monotonic()
+        due = min(total, int((now - started) * rate) + 1)
+        if due > len(keys):
+            worst_lag = max(worst_lag, now - (started + len(keys) / rate))
+            batch = [f"r{i:09d}" for i in range(len(keys), due)]
+            for key in batch:
+                sent_at[key] = now
+            for i in range(0, len(batch), C.KINESIS_MAX_RECORDS_PER_PUT):
+                producer.put_records(
+                    ProducerRecord(k, payload) for k in batch[i : i + C.KINESIS_MAX_RECORDS_PER_PUT]
+                )
+            keys += batch
+        time.sleep(max(0.0, started + len(keys) / rate - time.monotonic(), TICK_S / 10))
+    return keys, 1000 * worst_lag
+
+
+def wait_for(done: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(0.05)  # bounded: the loop ends at the deadline
+    return done()
+
+
+def check_log(runtime: LocalRuntime, keys: Sequence[str]) -> list[str]:
+    """Every produced record is in the committed log exactly once (read below the heads)."""
+    clients = runtime.config.clients()
+    reader = LogReader(clients, runtime.config.bucket, runtime.config.tables)
+    seen: Counter[str] = Counter()
+    for partition in Tables(clients, runtime.config.tables).list_partitions():
+        for record in reader.records(partition.partition_id):
+            seen[record.partition_key] += 1
+    missing = [k for k in keys if seen[k] == 0]
+    twice = [k for k, n in seen.items() if n > 1]
+    unknown = set(seen) - set(keys)
+    errors = []
+    if missing:
+        errors.append(f"{len(missing)} produced records not in the committed log")
+    if twice:
+        errors.append(f"{len(twice)} records committed more than once")
+    if unknown:
+        errors.append(f"{len(unknown)} records in the log that were never produced")
+    return errors
+
+
+def run_once(
+    rate: int,
+    window_ms: int,
+    seconds: float,
+    record_bytes: int,
+    idle_polls_ms: Sequence[int],
+    consumers: bool = True,
+    shards: int | None = None,
+) -> RunResult:
+    shards = shards or max(LOCAL_UP_SHARDS, -(-rate // KINESIS_SHARD_RECORDS_PER_S))
+    lambda_seen = Arrivals()
+    lambda_group = LocalGroup(
+        LambdaConsumerSettings(group=LAMBDA_GROUP, function_name="bench:note"),
+        lambda_seen.function,
+        "bench:note",
+    )
+    tag = f"{rate}-{window_ms}-{uuid.uuid4().hex[:6]}"
+    runtime = LocalRuntime(
+        # Fresh names per run: moto's state is per process, shared by every run's server.
+        ShardlogConfig(
+            stream_name=f"latency-{tag}",
+            bucket=f"latency-{tag}",
+            partitions_table=f"latency-{tag}-partitions",
+            consumers_table=f"latency-{tag}-consumers",
+        ),
+        shard_count=shards,
+        api_port=None,
+        event_source=EventSourceSettings(batching_window_ms=window_ms),
+        lambda_consumers=[lambda_group] if consumers else [],
+    )
+    committed = Arrivals()
+    worker_seen = {ms: Arrivals() for ms in idle_polls_ms} if consumers else {}
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    sent_at: dict[str, float] = {}
+    with runtime:
+        runtime.poller.handler = timed_ingest(runtime.poller.handler, committed)
+        workers = [
+            Worker(
+                f"latency-worker-{ms}ms",
+                seen.processor,
+                runtime.config,
+                settings=ConsumerSettings(idle_poll_interval_ms=ms),
+            )
+            for ms, seen in worker_seen.items()
+        ]
+        for worker in workers:
+            thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+            thread.start()
+            threads.append(thread)
+        runtime.run_in_background()
+        # Start producing once every worker holds every partition (a steady state).
+        if not wait_for(lambda: all(len(w.held) == shards for w in workers), 30):
+            raise SystemExit("workers did not take every partition within 30 s")
+        producer = Producer(runtime.config.stream_name, runtime.config.clients())
+        started = time.monotonic()
+        keys, lag_ms = produce_steadily(producer, rate, seconds, record_bytes, sent_at)
+        elapsed = time.monotonic() - started
+        everyone = [committed, *worker_seen.values(), *([lambda_seen] if consumers else [])]
+        wait_for(lambda: all(a.has_all(keys) for a in everyone), DRAIN_TIMEOUT_S)
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        errors = check_log(runtime, keys)
+        result = RunResult(
+            rate=rate,
+            window_ms=window_ms,
+            shards=shards,
+            seconds=seconds,
+            produced=len(keys),
+            achieved_rate=len(keys) / elapsed,
+            max_producer_lag_ms=lag_ms,
+            invocations=runtime.poller.stats.invocations,
+            ingest_requests=runtime.ingest_requests.total,
+            errors=errors,
+        )
+    paths: list[tuple[str, Arrivals]] = [
+        ("produce-to-committed", committed),
+        *((f"produce-to-worker (idle poll {ms} ms)", seen) for ms, seen in worker_seen.items()),
+        *([("produce-to-Lambda-consumer", lambda_seen)] if consumers else []),
+    ]
+    for name, arrivals in paths:
+        missing = [k for k in keys if k not in arrivals.first]
+        if missing:
+            result.errors.append(f"{name}: {len(missing)} records never arrived")
+            continue
+        if name != "produce-to-committed" and arrivals.duplicates():
+            result.errors.append(f"{name}: {arrivals.duplicates()} records delivered twice")
+        result.paths[name] = percentiles([1000 * (arrivals.first[k] - sent_at[k]) for k in keys])
+    return result
+
+
+def print_table(results: Sequence[RunResult]) -> None:
+    print(
+        f"{'rate/s':>6} {'window':>7} {'path':<38} {'p50':>6} {'p95':>6} {'p99':>6} {'max':>6}"
+        "  (ms)"
+    )
+    for r in results:
+        for name, f in r.paths.items():
+            figures = " ".join(f"{f[k]:>6.0f}" for k in ("p50", "p95", "p99", "max"))
+            print(f"{r.rate:>6} {r.window_ms:>5}ms {name:<38} {figures}")
+        print(
+            f"{'':>14} {r.shards} shards, {r.produced} records at {r.achieved_rate:.0f}/s "
+            f"(producer lag max {r.max_producer_lag_ms:.0f} ms); ingest: {r.invocations} "
+            f"invocations, {r.produced / max(r.invocations, 1):.0f} records each, "
+            f"{1000 * r.ingest_requests / max(r.produced, 1):.2f} requests per 1,000 records"
+        )
+
+
+def window_effect(results: Sequence[RunResult]) -> list[str]:
+    """Default window vs 0 at each rate: latency added, requests saved."""
+    lines = []
+    by_key = {(r.rate, r.window_ms): r for r in results}
+    for rate in sorted({r.rate for r in results}):
+        default, zero = by_key.get((rate, DEFAULT_WINDOW_MS)), by_key.get((rate, 0))
+        if default is None or zero is None or DEFAULT_WINDOW_MS == 0:
+            continue
+        path = "produce-to-committed"
+        if path not in default.paths or path not in zero.paths:
+            continue
+        d, z = default.paths[path], zero.paths[path]
+        req_d = 1000 * default.ingest_requests / max(default.produced, 1)
+        req_z = 1000 * zero.ingest_requests / max(zero.produced, 1)
+        lines.append(
+            f"{rate:>6}/s: window {DEFAULT_WINDOW_MS} ms adds {d['p50'] - z['p50']:+.0f} ms "
+            f"at p50, {d['p99'] - z['p99']:+.0f} ms at p99; ingest requests per 1,000 records "
+            f"{req_d:.2f} vs {req_z:.2f} with window 0 ({req_z / max(req_d, 1e-9):.1f}x)"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (6 s each)")
+    parser.add_argument("--rates", default="100,1000,5000", help="records/s, comma-separated")
+    parser.add_argument("--seconds", type=float, default=None, help="producing time per run")
+    parser.add_argument("--record-bytes", type=int, default=100)
+    parser.add_argument(
+        "--windows-ms",
+        default=f"{DEFAULT_WINDOW_MS},0",
+        help="ingest batching windows to run at each rate",
+    )
+    parser.add_argument(
+        "--worker-idle-poll-ms",
+        default=f"{DEFAULT_IDLE_POLL_MS},250",
+        help="one worker group per value, side by side (the first is the default)",
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="shards (default: local up's 4, or rate/1000 when more)",
+    )
+    parser.add_argument(
+        "--no-consumers",
+        action="store_true",
+        help="ingest only: no worker, no Lambda consumer in the process (their CPU share)",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+    seconds = args.seconds or (6.0 if args.quick else 20.0)
+    rates = [int(r) for r in args.rates.split(",")]
+    windows = [int(w) for w in args.windows_ms.split(",")]
+    idle_polls = [int(ms) for ms in args.worker_idle_poll_ms.split(",")]
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("shardlog").setLevel(logging.ERROR)  # takes and wakes log at INFO
+
+    results = []
+    for rate in rates:
+        for window in windows:
+            print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s ...",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            results.append(
+                run_once(
+                    rate,
+                    window,
+                    seconds,
+                    args.record_bytes,
+                    idle_polls,
+                    not args.no_consumers,
+                    args.shards,
+                )
+            )
+    print(
+        f"latency on the local runtime: produce at a steady rate for {seconds:.0f} s; times from "
+        "the PutRecords call; committed = the ingest commit returned (writer's commit time)"
+    )
+    print_table(results)
+    for line in window_effect(results):
+        print(line)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps([r.as_dict() for r in results], indent=2) + "\n")
+    failed = [f"{r.rate}/s window {r.window_ms} ms: {e}" for r in results for e in r.errors]
+    for error in failed:
+        print(f"CORRECTNESS CHECK FAILED: {error}")
+    headline = next(
+        (r for r in results if r.rate == 1000 and r.window_ms == DEFAULT_WINDOW_MS), None
+    )
+    p99 = headline.paths.get("produce-to-committed", {}).get("p99") if headline else None
+    print(f"p99 produce-to-committed at 1000 records/s: {p99:.0f} ms" if p99 is not None else
+          "p99 produce-to-committed at 1000 records/s: n/a ms")  # fmt: skip
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,194 @@
+"""Regenerate README.md's "Measured" figures from the benchmarks' own output.
+
+Runs bench/ingest.py, bench/latency.py and bench/cost.py (quick modes unless --full), each
+writing JSON under build/bench/, and rewrites the block between ``<!-- measured:begin -->``
+and ``<!-- measured:end -->`` in README.md: dated, with the machine (cores, RAM, Python,
+load average when it started: other work on the machine shows in the figures). Nothing
+else in README.md changes. Exits non-zero when a benchmark fails its own correctness check.
+Usage: python bench/report.py [--full] [--readme PATH] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "build" / "bench"
+BEGIN = "<!-- measured:begin -->"
+END = "<!-- measured:end -->"
+
+
+def run(script: str, *args: str) -> str:
+    """Run a benchmark; its stdout. A failed correctness check stops the report."""
+    command = [sys.executable, str(REPO / "bench" / script), *args]
+    print("$ " + " ".join(command[1:]), file=sys.stderr, flush=True)
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)
+        raise SystemExit(f"{script} failed (exit {done.returncode}): the README is unchanged")
+    return done.stdout
+
+
+def machine() -> str:
+    mem_kib = 0
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    return (
+        f"{os.cpu_count()} cores, {mem_kib / 1024**2:.0f} GiB RAM, Python "
+        f"{platform.python_version()} on {platform.system()} {platform.machine()}; "
+        f"load average {load} when the run started"
+    )
+
+
+def ingest_block(rows: list[dict[str, Any]]) -> list[str]:
+    by = {r["path"]: r for r in rows}
+    writer, handler = by["shardlog (segments)"], by["shardlog via Lambda handler"]
+    baseline = rows[-1]
+    lines = [
+        "| ingest path (`bench/ingest.py`) | records/s | AWS requests per 1,000 records |",
+        "| --- | ---: | ---: |",
+    ]
+    lines += [
+        f"| {r['path']} | {r['recordsPerSecond']:,.0f} | {r['requestsPer1000Records']:,.2f} |"
+        for r in rows
+    ]
+    handler_ratio = handler["recordsPerSecond"] / writer["recordsPerSecond"]
+    lines += [
+        "",
+        f"Lambda handler / bare writer: **{handler_ratio:.2f}x** records/s; "
+        "bare writer / Safya-style baseline: "
+        f"**{writer['recordsPerSecond'] / baseline['recordsPerSecond']:,.0f}x** records/s, "
+        f"**{baseline['requestsPer1000Records'] / writer['requestsPer1000Records']:,.0f}x** fewer "
+        "requests.",
+    ]
+    return lines
+
+
+def latency_block(runs: list[dict[str, Any]], command: str) -> list[str]:
+    lines = [
+        f"Latency (`{command}`): a steady-rate producer into the local runtime (embedded AWS, "
+        "local poller, ingest handler), one `shardlog consume` worker group per idle poll and a "
+        "Lambda consumer group in the same process; ms from the PutRecords call. Committed = the "
+        "ingest commit returned (the writer's commit time).",
+        "",
+        "| rate/s | ingest window | path | p50 | p95 | p99 | max | ingest req/1k rec |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for run_ in runs:
+        for path, f in run_["paths"].items():
+            lines.append(
+                f"| {run_['rate']:,} | {run_['windowMs']} ms | {path} | {f['p50']:,.0f} | "
+                f"{f['p95']:,.0f} | {f['p99']:,.0f} | {f['max']:,.0f} | "
+                f"{run_['ingestRequestsPer1000Records']:.2f} |"
+            )
+    lagging = [r for r in runs if r["achievedRate"] < 0.95 * r["rate"]]
+    for r in lagging:
+        lines.append(
+            f"\nAt {r['rate']:,}/s (window {r['windowMs']} ms) the producer reached only "
+            f"{r['achievedRate']:,.0f}/s: this machine, not the design, is the bound there."
+        )
+    return lines
+
+
+def cost_block(rows: list[dict[str, Any]], command: str) -> list[str]:
+    from shardlog.pricing import PRICES_AS_OF, REGION
+
+    lines = [
+        f"Cost (`{command}`): $ per million records from the requests the workloads sent "
+        f"(metered), at {REGION} list prices of {PRICES_AS_OF} (`shardlog/pricing.py`). "
+        "Ingest = shardlog's share (ingest Lambda + DynamoDB + S3); all-in adds a provisioned "
+        "Kinesis shard. Consumers and compaction are per record they read; compaction counts "
+        "an hourly EMR Serverless run per shard.",
+        "",
+        "| records/s per shard | record | ingest | all-in | worker | Lambda consumer "
+        "| compaction | Firehose to S3 | Safya, all-in |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['ratePerShard']:,} | {r['recordBytes'] // 1024} KiB | "
+            f"${r['ingestShare']:.4f} | ${r['allIn']:.4f} | ${r['worker']:.4f} | "
+            f"${r['lambdaConsumer']:.4f} | ${r['compaction']:.4f} | ${r['firehose']:.4f} | "
+            f"${r['safyaAllIn']:.4f} |"
+        )
+    return lines
+
+
+def block(full: bool) -> str:
+    OUT.mkdir(parents=True, exist_ok=True)
+    started = datetime.datetime.now(datetime.UTC)
+    host = machine()
+    ingest_args = [] if full else ["--records", "20000"]
+    ingest = json.loads(run("ingest.py", "--json", *ingest_args))
+    latency_args = [] if full else ["--quick"]
+    run("latency.py", *latency_args, "--json", str(OUT / "latency.json"))
+    cost_args = [] if full else ["--quick"]
+    cost_out = run(
+        "cost.py", *cost_args, "--json", str(OUT / "cost.json"), "--chart", str(OUT / "cost.png")
+    )
+    latency = json.loads((OUT / "latency.json").read_text())
+    cost = json.loads((OUT / "cost.json").read_text())
+    mode = "" if full else " --quick"
+    lines = [
+        BEGIN,
+        f"Generated by `make measured` (`bench/report.py{' --full' if full else ''}`) on "
+        f"{started:%Y-%m-%d %H:%M} UTC; {host}. Everything runs against the embedded AWS "
+        "(moto over HTTP, in-process) on this machine, shared with other work: absolute figures "
+        "are noisy, ratios in one run less so.",
+        "",
+        *ingest_block(ingest),
+        "",
+        *latency_block(latency, f"python bench/latency.py{mode}"),
+        "",
+        *cost_block(cost, f"python bench/cost.py{mode}"),
+        "",
+        "```",
+        *cost_out.strip().splitlines()[-2:],
+        "```",
+        "",
+        "The chart: `build/bench/cost.png` (not committed). What the figures mean and the "
+        "window / requests / cost trade-off: `docs/PERFORMANCE.md`.",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def rewrite(readme: Path, generated: str) -> None:
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{readme} has no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(head + generated + tail)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--full", action="store_true", help="the benchmarks' full runs")
+    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    parser.add_argument("--dry-run", action="store_true", help="print the block, change nothing")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    generated = block(args.full)
+    if args.dry_run:
+        print(generated)
+    else:
+        rewrite(args.readme, generated)
+        print(f"{args.readme}: measured block rewritten", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
