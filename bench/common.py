@@ -6,16 +6,44 @@ importable when the script runs as ``python bench/<name>.py``.
 
 from __future__ import annotations
 
+import base64
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shardlog.local.quiet import quiet_powertools
 
+if TYPE_CHECKING:  # pragma: no cover
+    from shardlog.format import IncomingRecord
+
 # Handlers run in this process: no EMF lines on stdout, no X-Ray, warnings only.
 quiet_powertools()
+
+
+def kinesis_event(shard_id: str, records: Sequence[IncomingRecord]) -> dict[str, Any]:
+    """The event a Kinesis event source mapping hands the ingest handler for ``records``."""
+    return {
+        "Records": [
+            {
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": r.partition_key,
+                    "sequenceNumber": r.kinesis_sequence_number,
+                    "data": base64.b64encode(r.data).decode(),
+                    "approximateArrivalTimestamp": r.arrival_ms / 1000,
+                },
+                "eventSource": "aws:kinesis",
+                "eventID": f"{shard_id}:{r.kinesis_sequence_number}",
+                "eventName": "aws:kinesis:record",
+                "eventVersion": "1.0",
+            }
+            for r in records
+        ]
+    }
 
 
 @dataclass

@@ -28,7 +28,6 @@ Usage: python bench/cost.py [--quick] [--chart PATH] [--json PATH] [--aws-reques
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import math
 import sys
@@ -42,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import common  # noqa: F401  (first: the repository importable, Powertools quiet)
+import common  # first: the repository importable, Powertools quiet
 
 from shardlog import constants as C
 from shardlog import costmodel as M
@@ -258,9 +257,12 @@ def ingest(endpoint: str, shape: Shape, meter: Meter, aws_request_ms: float,
         config.clients(),
     )
     # A warm-up batch first (cold start, clients): Kinesis sequence numbers increase.
-    handle(_event_of(incoming(1, shape.size, 1_700_000_000_000)), LambdaContext("warm-up"))
+    epoch_ms = 1_700_000_000_000
+    warm_up = common.kinesis_event(PARTITION, incoming(1, shape.size, epoch_ms))
+    handle(warm_up, LambdaContext("warm-up"))
     events = [
-        _event_of(incoming(shape.batch, shape.size, 1_700_000_000_000)) for _ in range(batches)
+        common.kinesis_event(PARTITION, incoming(shape.batch, shape.size, epoch_ms))
+        for _ in range(batches)
     ]
     meter.reset()
     gb_s = 0.0
@@ -271,26 +273,6 @@ def ingest(endpoint: str, shape: Shape, meter: Meter, aws_request_ms: float,
     return usage_of(
         meter, config, shape.batch * batches, lambda_invocations=batches, lambda_gb_seconds=gb_s
     )
-
-
-def _kinesis_record(r: IncomingRecord) -> dict[str, Any]:
-    return {
-        "kinesis": {
-            "kinesisSchemaVersion": "1.0",
-            "partitionKey": r.partition_key,
-            "sequenceNumber": r.kinesis_sequence_number,
-            "data": base64.b64encode(r.data).decode(),
-            "approximateArrivalTimestamp": r.arrival_ms / 1000,
-        },
-        "eventSource": "aws:kinesis",
-        "eventID": f"{PARTITION}:{r.kinesis_sequence_number}",
-        "eventName": "aws:kinesis:record",
-        "eventVersion": "1.0",
-    }
-
-
-def _event_of(records: list[IncomingRecord]) -> dict[str, Any]:
-    return {"Records": [_kinesis_record(r) for r in records]}
 
 
 class Delivered:

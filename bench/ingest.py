@@ -15,7 +15,6 @@ Usage: python bench/ingest.py [--records N] [--batch-size N] [--baseline-records
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import time
 from dataclasses import dataclass
@@ -83,25 +82,7 @@ def bench_handler(config: ShardlogConfig, records: list[IncomingRecord], batch: 
     )
     shard = "shardId-000000000001"
     events = [
-        {
-            "Records": [
-                {
-                    "kinesis": {
-                        "kinesisSchemaVersion": "1.0",
-                        "partitionKey": r.partition_key,
-                        "sequenceNumber": r.kinesis_sequence_number,
-                        "data": base64.b64encode(r.data).decode(),
-                        "approximateArrivalTimestamp": r.arrival_ms / 1000,
-                    },
-                    "eventSource": "aws:kinesis",
-                    "eventID": f"{shard}:{r.kinesis_sequence_number}",
-                    "eventName": "aws:kinesis:record",
-                    "eventVersion": "1.0",
-                }
-                for r in records[i : i + batch]
-            ]
-        }
-        for i in range(0, len(records), batch)
+        common.kinesis_event(shard, records[i : i + batch]) for i in range(0, len(records), batch)
     ]
     start = time.perf_counter()
     for event in events:
