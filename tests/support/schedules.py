@@ -53,19 +53,25 @@ class Pause:
         self._action: Callable[[], object] | None = None
         self._calls_left = 0
         self._kind: str | None = None
+        self._operation: str | None = None
         self.preceded: str | None = None  # the operation (or write kind) the last stall preceded
         clients.add_hook("before-parameter-build", _remember_params)
         clients.add_hook("before-call", self._before_call)
 
-    def before_call(self, nth: int, action: Callable[[], object]) -> None:
-        """Stall just before the ``nth`` AWS call from now (1: the next one)."""
+    def before_call(
+        self, nth: int, action: Callable[[], object], operation: str | None = None
+    ) -> None:
+        """Stall just before the ``nth`` AWS call from now (1: the next one); with
+        ``operation``, the ``nth`` call of that operation (e.g. "PutObject")."""
         with self._lock:
             self._action, self._calls_left, self._kind, self.preceded = action, nth, None, None
+            self._operation = operation
 
     def before_write(self, kind: str, action: Callable[[], object]) -> None:
         """Stall just before the next lease write of ``kind`` (see ``lease_write_kind``)."""
         with self._lock:
             self._action, self._calls_left, self._kind, self.preceded = action, 1, kind, None
+            self._operation = None
 
     def disarm(self) -> str | None:
         """Disarm; what the stall preceded, or None when it did not happen."""
@@ -85,6 +91,8 @@ class Pause:
                     return
                 label = f"{self._kind} write"
             else:
+                if self._operation is not None and name != self._operation:
+                    return
                 self._calls_left -= 1
                 if self._calls_left > 0:
                     return
