@@ -40,6 +40,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/cost.py
 
+# The fault soak (not part of make test): the model-based machines on fresh random schedules
+# across processes; prints schedules, steps, faults by kind and violations (scripts/soak.py).
+# SOAK="--minutes 5" for a short run.
+.PHONY: soak
+soak: $(STAMP)
+	$(BIN)/python scripts/soak.py $(or $(SOAK),--minutes 60 --schedules 10000 --processes 2)
+
 # README.md's "Measured" block, regenerated from the benchmarks (quick runs; FULL=1: full runs).
 .PHONY: measured
 measured: $(STAMP)

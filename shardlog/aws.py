@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.loaders import Loader, create_loader
 
 from shardlog import constants as C
 
@@ -31,6 +33,38 @@ _NO_RESEND_CONFIG = _RETRY_CONFIG.merge(
 )
 
 
+_LOADER_LOCK = threading.Lock()
+_SHARED_LOADER: Loader | None = None
+
+
+def shared_loader() -> Loader:
+    """One loader of service models for the process: each boto3 session otherwise parses
+    the models again, and building a session's clients takes five times longer."""
+    global _SHARED_LOADER
+    with _LOADER_LOCK:
+        if _SHARED_LOADER is None:
+            _SHARED_LOADER = create_loader()
+        return _SHARED_LOADER
+
+
+def new_session(
+    region: str, access_key_id: str | None = None, secret_access_key: str | None = None
+) -> boto3.session.Session:
+    """A boto3 session of its own (credentials, event hooks) on the shared loader."""
+    core = botocore.session.get_session()
+    loader = shared_loader()
+    core.register_component("data_loader", loader)
+    session = boto3.session.Session(
+        botocore_session=core,
+        region_name=region,
+        aws_access_key_id=access_key_id,
+        aws_secret_access_key=secret_access_key,
+    )
+    with _LOADER_LOCK:  # each boto3 session appends its data path again
+        loader.search_paths[:] = list(dict.fromkeys(loader.search_paths))
+    return session
+
+
 @dataclass
 class AwsConfig:
     """Where the clients point. ``endpoint_url`` None means real AWS."""
@@ -41,11 +75,7 @@ class AwsConfig:
     secret_access_key: str | None = None
 
     def session(self) -> boto3.session.Session:
-        return boto3.session.Session(
-            region_name=self.region,
-            aws_access_key_id=self.access_key_id,
-            aws_secret_access_key=self.secret_access_key,
-        )
+        return new_session(self.region, self.access_key_id, self.secret_access_key)
 
 
 class Clients:

@@ -4,6 +4,9 @@
   worker, one runner: one "process"). Armed, it runs an action (the clock moves past the
   lease, a successor acts) just before the n-th call, or before the first write of a kind;
   the paused call then goes out, as after a GC pause or a frozen Lambda.
+- ``CallFault``: one injected fault on the next call of an operation: its answer lost after
+  the request was applied (an ambiguous response, as after a timeout), or the request
+  refused as throttled (retries exhausted) without being sent.
 - ``FenceCounter``: counts the conditional lease writes DynamoDB refused, by kind (take,
   checkpoint, renew, release, acquire), read from the real requests and answers.
 - ``Tally``: the counts of one model across its schedules: schedules, steps, faults by
@@ -17,6 +20,9 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ReadTimeoutError
 
 from shardlog.aws import Clients
 
@@ -99,6 +105,58 @@ class Pause:
                 label = name
             self._action, self.preceded = None, label  # one stall per arming, never nested
         action()
+
+
+ANSWER_LOST = "answer lost"
+THROTTLED = "throttled"
+# What each service answers a throttled request with.
+_THROTTLE_ANSWERS = {"s3": ("SlowDown", 503), "dynamodb": ("ThrottlingException", 400)}
+
+
+class CallFault:
+    """A fault on the next call of one operation from one client set, armed once at a time."""
+
+    def __init__(self, clients: Clients) -> None:
+        self._lock = threading.Lock()
+        self._armed: tuple[str, str] | None = None  # (fault, operation)
+        self.injected: str | None = None  # "<fault> on <operation>" once it happened
+        clients.add_hook("before-call", self._before_call)
+        clients.add_hook("after-call", self._after_call)
+
+    def arm(self, fault: str, operation: str) -> None:
+        if fault not in (ANSWER_LOST, THROTTLED):
+            raise ValueError(f"unknown fault {fault!r}")
+        with self._lock:
+            self._armed, self.injected = (fault, operation), None
+
+    def disarm(self) -> str | None:
+        """Disarm; what was injected, or None when the call never came."""
+        with self._lock:
+            self._armed = None
+            return self.injected
+
+    def _take(self, fault: str, model: Any) -> bool:
+        name = getattr(model, "name", "?")
+        with self._lock:
+            if self._armed != (fault, name):
+                return False
+            self._armed, self.injected = None, f"{fault} on {name}"
+            return True
+
+    def _before_call(self, model: Any = None, **_: Any) -> Any:
+        if not self._take(THROTTLED, model):
+            return None
+        service = model.service_model.endpoint_prefix
+        code, status = _THROTTLE_ANSWERS.get(service, ("ThrottlingException", 400))
+        answer = {
+            "Error": {"Code": code, "Message": "Rate exceeded (injected)"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        }
+        return AWSResponse("http://127.0.0.1/throttled", status, {}, None), answer
+
+    def _after_call(self, model: Any = None, **_: Any) -> None:
+        if self._take(ANSWER_LOST, model):
+            raise ReadTimeoutError(endpoint_url="http://127.0.0.1 (answer lost, injected)")
 
 
 class FenceCounter:

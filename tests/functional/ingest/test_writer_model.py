@@ -1,6 +1,7 @@
 """Model-based test of the write path: many interleavings of produce, deliver, crash,
-zombie, lease expiry, redelivery, split and merge. After every step each partition's
-log is exactly a prefix of its shard (nothing lost, nothing twice, dense seqs); at
+zombie, lease expiry, redelivery, lost answers, throttling, split and merge. After every
+step each partition's log is exactly a prefix of its shard (nothing lost, nothing twice,
+dense seqs); at
 the end, once everything is delivered, every record is in the log exactly once and
 each key's records are in produce order when partitions are read parents-first.
 
@@ -8,7 +9,8 @@ The dangerous schedules are reached on purpose, and counted (``TALLY``; the test
 each kind happened): a writer stalled between any two of its AWS calls while its lease
 expires and a successor appends (``stall_between_calls``), and a zombie whose successor
 moved the head before it commits (``zombie_overtaken``), which both of the commit's
-fences (leaseCounter and nextSequenceNumber) must refuse. scripts/soak.py runs this
+fences (leaseCounter and nextSequenceNumber) must refuse, and a call whose answer is lost
+after AWS applied it or that is throttled (``faulty_call``). scripts/soak.py runs this
 machine for longer.
 """
 
@@ -18,6 +20,7 @@ import contextlib
 import itertools
 from dataclasses import dataclass, field
 
+from botocore.exceptions import BotoCoreError, ClientError
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -36,13 +39,14 @@ from shardlog.reader import LogReader
 from shardlog.tables import cancelled_items
 from shardlog.writer import AppendResult, LogWriter, PreparedBatch, WriterSettings
 from tests.support.aws import AwsEnv, make_env
-from tests.support.schedules import Pause, Tally
+from tests.support.schedules import ANSWER_LOST, THROTTLED, CallFault, Pause, Tally
 
 KEYS = [f"k{i}" for i in range(6)]
 LEASE_MS = 30_000
 TALLY = Tally()
 # What every run must reach: a stall before each of the write path's requests after the
-# first, a stalled writer fenced, a zombie refused after its successor moved the head.
+# first, a stalled writer fenced, a zombie refused after its successor moved the head,
+# ambiguous answers (the segment written, the commit applied) and a throttled commit.
 # The write path's requests in order (shardlog/writer.py): lease, head, segments, commit.
 WRITE_PATH_CALLS = ("UpdateItem", "TransactGetItems", "PutObject", "TransactWriteItems")
 MUST_REACH = (
@@ -53,6 +57,9 @@ MUST_REACH = (
     "zombie fenced after the head moved",
     "segment adopted",
     "redelivered record dropped",
+    "answer lost on PutObject",
+    "answer lost on TransactWriteItems",
+    "throttled on TransactWriteItems",
 )
 
 
@@ -80,6 +87,7 @@ class WritePathMachine(RuleBasedStateMachine):
         self.phase = 0
         self.reader = LogReader(self.aws.clients, self.aws.config.bucket, self.aws.config.tables)
         self.pause = Pause(self.aws.clients)
+        self.fault = CallFault(self.aws.clients)
         TALLY.add("schedules")
 
     def writer(self, segment_max_records: int = 3) -> LogWriter:
@@ -219,6 +227,7 @@ class WritePathMachine(RuleBasedStateMachine):
         its lease may expire and a successor append the same records. Whatever the
         pause preceded, the log stays a prefix of the shard (the invariant)."""
         shard = self.pending_shard(data)
+        self.clock.advance(LEASE_MS)  # no earlier writer's live lease in the way
         start = shard.position
         batch = shard.records[start : start + size]
         succeeded: list[int] = []
@@ -251,6 +260,35 @@ class WritePathMachine(RuleBasedStateMachine):
             TALLY.add(f"stall before {preceded}")
         if succeeded:
             shard.position = max(shard.position, start + max(succeeded))
+
+    @rule(
+        data=st.data(),
+        size=st.integers(1, 8),
+        segment=st.integers(1, 3),
+        fault=st.sampled_from((ANSWER_LOST, THROTTLED)),
+        operation=st.sampled_from(WRITE_PATH_CALLS),
+    )
+    def faulty_call(
+        self, data: st.DataObject, size: int, segment: int, fault: str, operation: str
+    ) -> None:
+        """One call of the write path has its answer lost after AWS applied it (ambiguous),
+        or is throttled past its retries: the invocation fails and its batch comes again
+        (the event source's position does not move), and the log stays exact."""
+        shard = self.pending_shard(data)
+        self.clock.advance(LEASE_MS)  # no earlier writer's live lease in the way
+        batch = shard.records[shard.position : shard.position + size]
+        self.fault.arm(fault, operation)
+        try:
+            self.count(self.writer(segment).append(shard.shard_id, batch))
+            shard.position += len(batch)
+        except (BotoCoreError, ClientError, LeaseLostError, CommitConflictError) as exc:
+            TALLY.add(f"invocation failed ({type(exc).__name__})")
+        except LeaseHeldError:
+            TALLY.add("lease held")
+        finally:
+            injected = self.fault.disarm()
+        if injected is not None:
+            TALLY.add(injected)
 
     @rule()
     def leases_expire(self) -> None:

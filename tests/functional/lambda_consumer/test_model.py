@@ -18,10 +18,14 @@ from shardlog.tables import Tables
 from tests.support.aws import AwsEnv, make_env
 from tests.support.factories import append, end_partition, incoming_records, register_partition
 from tests.support.lambda_consumers import Recorder, Seen, runner_for
+from tests.support.schedules import Tally
 
 ROOT, LEFT, RIGHT = "p0", "c1", "c2"
 KEYS = ("a", "b", "c")
 GROUP = "model"
+TALLY = Tally()
+# What every run must reach (scripts/soak.py prints the same counts for longer runs).
+MUST_REACH = ("crash", str(Outcome.LOST), str(Outcome.STOPPED), str(Outcome.NOT_READY), "split")
 
 
 class RunnerKilled(BaseException):
@@ -63,8 +67,9 @@ class LambdaConsumerModel(RuleBasedStateMachine):
         self.killers = [Killer(r) for r in self.runners]
         self.zombie_pending = False
         self.max_checkpoint: dict[str, int] = defaultdict(int)
-        self.kinds: dict[str, int] = defaultdict(int)
+        self.runs = 0
         register_partition(self.aws, ROOT, ())
+        TALLY.add("schedules")
 
     # --- the function ----------------------------------------------------------------------
     def _answer(self, batch: list[Seen]) -> Any:
@@ -74,7 +79,7 @@ class LambdaConsumerModel(RuleBasedStateMachine):
             report = self.runners[1].run(
                 batch[0].partition_id, request_id="successor", remaining_ms=lambda: 900_000
             )
-            self.kinds[f"successor {report.outcome}"] += 1
+            TALLY.add(f"successor {report.outcome}")
         return None
 
     # --- the world ---------------------------------------------------------------------------
@@ -108,7 +113,7 @@ class LambdaConsumerModel(RuleBasedStateMachine):
         for child in (LEFT, RIGHT):
             register_partition(self.aws, child, (ROOT,))
         self.split = True
-        self.kinds["split"] += 1
+        TALLY.add("split")
 
     @precondition(lambda self: self.split and ROOT not in self.ended)
     @rule()
@@ -127,15 +132,14 @@ class LambdaConsumerModel(RuleBasedStateMachine):
             return next(answers, 0) if time_left_ms else 900_000
 
         try:
-            report = runner.run(
-                partition, request_id=f"r{self.kinds['runs']}", remaining_ms=remaining_ms
-            )
+            report = runner.run(partition, request_id=f"r{self.runs}", remaining_ms=remaining_ms)
         except RunnerKilled:
-            self.kinds["crash"] += 1
+            TALLY.add("crash")
             return
         finally:
-            self.kinds["runs"] += 1
-        self.kinds[str(report.outcome)] += 1
+            self.runs += 1
+            TALLY.add("runs")
+        TALLY.add(str(report.outcome))
 
     @rule(which=st.sampled_from([ROOT, LEFT, RIGHT]), runner=st.integers(0, 1))
     def wake(self, which: str, runner: int) -> None:
@@ -176,6 +180,7 @@ class LambdaConsumerModel(RuleBasedStateMachine):
 
     @invariant()
     def nothing_is_skipped_and_redeliveries_repeat_from_a_checkpoint(self) -> None:
+        TALLY.add("steps")  # invariants run once per schedule, then after every step
         for partition in (ROOT, LEFT, RIGHT):
             seen = -1
             for seq in self._deliveries(partition):
@@ -220,14 +225,11 @@ class LambdaConsumerModel(RuleBasedStateMachine):
                     first_seen[s.key].append(int(s.data.decode().split(":")[1]))
         for key, numbers in first_seen.items():
             assert numbers == sorted(numbers), f"key {key} out of produce order: {numbers}"
-        LambdaConsumerModel.totals.append(dict(self.kinds))
-
-    totals: list[dict[str, int]] = []
 
 
 def test_lambda_consumer_model(endpoint_url: str) -> None:
     LambdaConsumerModel.endpoint_url = endpoint_url
-    LambdaConsumerModel.totals = []
+    TALLY.reset()
     run = LambdaConsumerModel.TestCase
     run.settings = settings(
         max_examples=8,
@@ -237,10 +239,6 @@ def test_lambda_consumer_model(endpoint_url: str) -> None:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
     run().runTest()
-    totals: dict[str, int] = defaultdict(int)
-    for kinds in LambdaConsumerModel.totals:
-        for kind, count in kinds.items():
-            totals[kind] += count
     # The model reaches the dangerous schedules, not only the happy path.
-    for kind in ("crash", str(Outcome.LOST), str(Outcome.STOPPED), str(Outcome.NOT_READY), "split"):
-        assert totals[kind] > 0, f"no {kind!r} in {dict(totals)}"
+    assert not TALLY.missing(MUST_REACH), f"never reached {TALLY.missing(MUST_REACH)}: {TALLY}"
+    print(f"lambda consumer model: {dict(TALLY.counts)}")

@@ -1,0 +1,75 @@
+"""The soak's own parts: a failing schedule becomes a regression test that replays it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from scripts.soak import MACHINES, Machine, _violation, save_regression
+
+
+class Overflow(RuleBasedStateMachine):
+    """A machine with a bug: its total may pass 12."""
+
+    endpoint_url = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+
+    @rule(amount=st.integers(0, 5))
+    def add(self, amount: int) -> None:
+        self.total += amount
+
+    @invariant()
+    def small(self) -> None:
+        assert self.total < 12, "the total passed 12"
+
+
+def _failure() -> BaseException:
+    try:
+        run_state_machine_as_test(
+            Overflow,
+            settings=settings(
+                max_examples=500,
+                database=None,
+                print_blob=True,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+    except AssertionError as exc:
+        return exc
+    raise AssertionError("the buggy machine never failed")
+
+
+def test_a_failing_schedule_is_saved_as_a_test_that_replays_it(tmp_path: Path) -> None:
+    violation = _violation("toy", _failure(), seed=7)
+    assert violation.blob.startswith("@reproduce_failure(")
+    assert violation.steps[0] == "state = Overflow()"
+    assert any(step.startswith("state.add(amount=") for step in violation.steps)
+
+    path = save_regression(violation, Machine("toy", __name__, "Overflow", ""), tmp_path)
+
+    assert path.name.startswith("test_soak_toy_") and (tmp_path / "__init__.py").exists()
+    source = path.read_text()
+    assert "the total passed 12" in source and "state = Overflow()" in source
+    spec = importlib.util.spec_from_file_location("saved_regression", path)
+    assert spec is not None and spec.loader is not None
+    saved = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(saved)
+    with pytest.raises(AssertionError, match="the total passed 12"):
+        saved.test_soak_schedule("http://127.0.0.1:9")  # replays the shrunk schedule
+
+
+def test_every_soaked_machine_is_a_state_machine_with_a_tally() -> None:
+    for machine in MACHINES.values():
+        cls, tally = machine.load()
+        assert issubclass(cls, RuleBasedStateMachine), machine.name
+        assert hasattr(cls, "endpoint_url"), machine.name
+        tally.add("probe")
+        assert tally.counts["probe"] >= 1
