@@ -10,7 +10,9 @@ time. Per record it measures, from the start of the PutRecords call that put it:
   committed head, so `shardlog read` returns it). Measured from the writer's commit, not by
   polling the head, so the measurement sends no request of its own;
 - worker: delivery to a consumer group worker's processor (`shardlog.consumer.Worker`),
-  one group per idle-poll setting (the default first), all in the same run;
+  one group per idle-poll setting (the default first), all in the same run, each worker in
+  a process of its own as `shardlog consume` runs (time.monotonic is system-wide on Linux,
+  so the worker's delivery times compare with the producer's);
 - lambda: the invocation of a Lambda consumer group's function (partitions stream ->
   waker -> SQS FIFO wake queue -> runner, as `local up --lambda-consumer` runs it).
 
@@ -30,6 +32,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
+import queue
 import statistics
 import sys
 import threading
@@ -104,6 +108,41 @@ class Arrivals:
     def function(self, event: dict[str, Any], _context: Any) -> dict[str, Any]:
         self.note([r["kinesis"]["partitionKey"] for r in event["Records"]])
         return {"batchItemFailures": []}
+
+
+def worker_process(
+    config: ShardlogConfig,
+    shards: int,
+    idle_poll_ms: int,
+    ready: Any,
+    stop: Any,
+    seen_count: Any,
+    out: Any,
+) -> None:
+    """A `shardlog consume`-style worker in its own process: tells when it holds every
+    partition (``ready``), counts the distinct records it got (``seen_count``), and when
+    stopped sends back the first delivery time of each record and the duplicates."""
+    logging.getLogger("shardlog").setLevel(logging.ERROR)
+    seen = Arrivals()
+
+    def processor(batch: list[LogRecord], checkpointer: Checkpointer) -> None:
+        seen.processor(batch, checkpointer)
+        seen_count.value = len(seen.first)
+
+    worker = Worker(
+        f"latency-worker-{idle_poll_ms}ms",
+        processor,
+        config,
+        settings=ConsumerSettings(idle_poll_interval_ms=idle_poll_ms),
+    )
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    while not stop.is_set():
+        if len(worker.held) == shards:
+            ready.set()
+        stop.wait(0.05)  # bounded: the loop ends when the run stops it
+    thread.join(30)
+    out.put((idle_poll_ms, seen.first, seen.duplicates()))
 
 
 def timed_ingest(handler: Callable[..., Any], committed: Arrivals) -> Callable[..., Any]:
@@ -242,37 +281,48 @@ def run_once(
     )
     committed = Arrivals()
     worker_seen = {ms: Arrivals() for ms in idle_polls_ms} if consumers else {}
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
+    context = multiprocessing.get_context("spawn")
+    stop, results = context.Event(), context.Queue()
     sent_at: dict[str, float] = {}
     with runtime:
         runtime.poller.handler = timed_ingest(runtime.poller.handler, committed)
-        workers = [
-            Worker(
-                f"latency-worker-{ms}ms",
-                seen.processor,
-                runtime.config,
-                settings=ConsumerSettings(idle_poll_interval_ms=ms),
-            )
-            for ms, seen in worker_seen.items()
-        ]
-        for worker in workers:
-            thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-            thread.start()
-            threads.append(thread)
         runtime.run_in_background()
+        workers = []
+        for ms in worker_seen:
+            ready, count = context.Event(), context.Value("i", 0)
+            process = context.Process(
+                target=worker_process,
+                args=(runtime.config, shards, ms, ready, stop, count, results),
+                daemon=True,
+            )
+            process.start()
+            workers.append((process, ready, count))
         # Start producing once every worker holds every partition (a steady state).
-        if not wait_for(lambda: all(len(w.held) == shards for w in workers), 30):
-            raise SystemExit("workers did not take every partition within 30 s")
+        if not wait_for(lambda: all(ready.is_set() for _, ready, _ in workers), 60):
+            stop.set()
+            raise SystemExit("workers did not take every partition within 60 s")
         producer = Producer(runtime.config.stream_name, runtime.config.clients())
         started = time.monotonic()
         keys, lag_ms = produce_steadily(producer, rate, seconds, record_bytes, sent_at)
         elapsed = time.monotonic() - started
-        everyone = [committed, *worker_seen.values(), *([lambda_seen] if consumers else [])]
-        wait_for(lambda: all(a.has_all(keys) for a in everyone), DRAIN_TIMEOUT_S)
+        in_process = [committed, *([lambda_seen] if consumers else [])]
+        wait_for(
+            lambda: (
+                all(a.has_all(keys) for a in in_process)
+                and all(count.value >= len(keys) for _, _, count in workers)
+            ),
+            DRAIN_TIMEOUT_S,
+        )
         stop.set()
-        for thread in threads:
-            thread.join(30)
+        duplicates: dict[int, int] = {}
+        for _ in workers:
+            try:
+                ms, first, twice = results.get(timeout=60)
+            except queue.Empty:
+                break
+            worker_seen[ms].first, duplicates[ms] = first, twice
+        for process, _, _ in workers:
+            process.join(30)
         errors = check_log(runtime, keys)
         result = RunResult(
             rate=rate,
@@ -296,8 +346,11 @@ def run_once(
         if missing:
             result.errors.append(f"{name}: {len(missing)} records never arrived")
             continue
-        if name != "produce-to-committed" and arrivals.duplicates():
-            result.errors.append(f"{name}: {arrivals.duplicates()} records delivered twice")
+        twice = arrivals.duplicates() + sum(
+            n for ms, n in duplicates.items() if worker_seen.get(ms) is arrivals
+        )
+        if name != "produce-to-committed" and twice:
+            result.errors.append(f"{name}: {twice} records delivered twice")
         result.paths[name] = percentiles([1000 * (arrivals.first[k] - sent_at[k]) for k in keys])
     return result
 

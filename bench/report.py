@@ -79,9 +79,9 @@ def ingest_block(rows: list[dict[str, Any]]) -> list[str]:
 def latency_block(runs: list[dict[str, Any]], command: str) -> list[str]:
     lines = [
         f"Latency (`{command}`): a steady-rate producer into the local runtime (embedded AWS, "
-        "local poller, ingest handler), one `shardlog consume` worker group per idle poll and a "
-        "Lambda consumer group in the same process; ms from the PutRecords call. Committed = the "
-        "ingest commit returned (the writer's commit time).",
+        "local poller, ingest handler, a Lambda consumer group: `shardlog local up`), one "
+        "`shardlog consume` worker group per idle poll, each worker in its own process; ms from "
+        "the PutRecords call. Committed = the ingest commit returned (the writer's commit time).",
         "",
         "| rate/s | ingest window | path | p50 | p95 | p99 | max | ingest req/1k rec |",
         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
