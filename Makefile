@@ -47,6 +47,12 @@ bench: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python scripts/soak.py $(or $(SOAK),--minutes 60 --schedules 10000 --processes 2)
 
+# The mutation check: breaks each safety mechanism in a scratch copy and runs the tests that
+# guard it (scripts/mutants.py); every mutation must be caught.
+.PHONY: mutants
+mutants: $(STAMP)
+	$(BIN)/python scripts/mutants.py
+
 # README.md's "Measured" block, regenerated from the benchmarks (quick runs; FULL=1: full runs).
 .PHONY: measured
 measured: $(STAMP)

@@ -1,0 +1,332 @@
+"""Mutation check: break each safety mechanism in turn, in a scratch copy, and show which
+tests catch it.
+
+Each mutation below is a small, realistic bug in one mechanism (a fence dropped, a check
+made a no-op, an error swallowed). For each, the repository's files are copied to a
+scratch directory, the one edit is applied there (the original text must occur exactly
+once, so a moved mechanism fails loudly instead of silently mutating nothing), and the
+tests that guard the area run against the copy with this venv's Python (``PYTHONPATH``
+points at the copy; the script checks that the copy is what gets imported). A mutation is
+*caught* when at least one test fails. The tests run are part of ``make test``, so caught
+here means caught by ``make test``. For the fencing mutations the model-based tests also
+run alone, to show that the models catch them on their own.
+
+    python scripts/mutants.py                    # every mutation (about 20 minutes)
+    python scripts/mutants.py --only take-fence  # one
+    python scripts/mutants.py --list
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import click
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = ROOT / ".venv" / "bin" / "python"
+COPY_IGNORE = shutil.ignore_patterns(
+    ".git", ".venv", "node_modules", "cdk.out", "build", ".shardlog", "__pycache__",
+    ".pytest_cache", ".mypy_cache", ".ruff_cache", "*.egg-info",
+)  # fmt: skip
+TIMEOUT_S = 15 * 60
+
+INGEST = ("tests/functional/ingest", "tests/functional/local", "tests/unit")
+CONSUMER = ("tests/functional/consumer", "tests/unit")
+LAMBDA_CONSUMER = ("tests/functional/lambda_consumer",)
+SPARK = ("tests/spark",)
+WRITER_MODEL = ("tests/functional/ingest/test_writer_model.py",)
+CONSUMER_MODELS = (
+    "tests/functional/consumer/test_model.py",
+    "tests/functional/lambda_consumer/test_model.py",
+)
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    breaks: str  # the mechanism, in words
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    models: tuple[str, ...] = ()  # the model tests that must catch it on their own
+
+    def apply(self, root: Path) -> None:
+        file = root / self.path
+        text = file.read_text()
+        found = text.count(self.old)
+        if found != 1:
+            raise click.ClickException(
+                f"mutation {self.name}: the text to replace occurs {found} times in "
+                f"{self.path} (expected once): the mechanism moved, update scripts/mutants.py"
+            )
+        file.write_text(text.replace(self.old, self.new))
+
+
+MUTATIONS = (
+    Mutation(
+        "commit-head-fence",
+        "the commit's condition on the head read (nextSequenceNumber)",
+        "shardlog/writer.py",
+        'condition = "#next = :old"\n            values[":old"] = n(batch.head)',
+        'condition = "attribute_exists(#next)"',
+        INGEST,
+        WRITER_MODEL,
+    ),
+    Mutation(
+        "commit-lease-fence",
+        "the leaseCounter fence of checkpoints: the ingest commit, consumer and runner checkpoints",
+        "shardlog/lease.py",
+        "return self._update(lease, tuple(sets), tuple(removes), values).fenced(lease)",
+        "return self._update(lease, tuple(sets), tuple(removes), values)",
+        INGEST + CONSUMER + LAMBDA_CONSUMER,
+        WRITER_MODEL + CONSUMER_MODELS,
+    ),
+    Mutation(
+        "redelivery-filter",
+        "dropping redelivered records (at or below the checkpoint)",
+        "shardlog/writer.py",
+        "after_checkpoint = _after(records, checkpoint)",
+        "after_checkpoint = list(records)",
+        INGEST,
+        WRITER_MODEL,
+    ),
+    Mutation(
+        "conditional-create",
+        "If-None-Match on segment creates (never overwrite an object)",
+        "shardlog/segments.py",
+        'IfNoneMatch="*",\n',
+        "",
+        INGEST,
+    ),
+    Mutation(
+        "key-exists-handling",
+        "412 handling: an existing object is not ours (adopt or refuse, never count it)",
+        "shardlog/segments.py",
+        "if aws_error_code(exc) in _KEY_EXISTS:\n                return False",
+        "if aws_error_code(exc) in _KEY_EXISTS:\n                return True",
+        INGEST,
+    ),
+    Mutation(
+        "adoption-check",
+        "verifying a leftover segment holds exactly our next records before adopting it",
+        "shardlog/writer.py",
+        "if ours.kinesis_sequence_number != theirs.kinesis_sequence_number:",
+        "if ours.kinesis_sequence_number is None:",
+        INGEST,
+        WRITER_MODEL,
+    ),
+    Mutation(
+        "reader-density",
+        "the reader's density check (no missing segment between two it reads)",
+        "shardlog/segments.py",
+        "if start != expected:",
+        "if start < expected:",
+        INGEST + CONSUMER,
+    ),
+    Mutation(
+        "renew-fence",
+        "the leaseCounter fence of lease renewals",
+        "shardlog/lease.py",
+        'values={":expires": n(expires)})\n        return self._send(lease, update.fenced(lease))',
+        'values={":expires": n(expires)})\n        return self._send(lease, update)',
+        CONSUMER,
+        CONSUMER_MODELS[:1],
+    ),
+    Mutation(
+        "take-fence",
+        "taking a lease only as it was seen (leaseCounter unchanged)",
+        "shardlog/lease.py",
+        'condition="#counter = :seen",',
+        'condition="attribute_exists(#counter) OR #counter = :seen",',
+        CONSUMER + LAMBDA_CONSUMER,
+        CONSUMER_MODELS,
+    ),
+    Mutation(
+        "transfer-fence",
+        "handing a lease only to the worker whose request stands",
+        "shardlog/lease.py",
+        ').and_condition("#transferBy = :to")',
+        ")",
+        CONSUMER,
+    ),
+    Mutation(
+        "parents-before-children",
+        "a child partition waits until every parent is consumed to SHARD_END",
+        "shardlog/partitions.py",
+        "    for parent in parents:\n        info = partitions.get(parent)",
+        "    for parent in ():\n        info = partitions.get(parent)",
+        CONSUMER + LAMBDA_CONSUMER,
+    ),
+    Mutation(
+        "ingest-error-path",
+        "the ingest handler fails the batch on an error (Lambda retries it)",
+        "lambdas/ingest/handler.py",
+        "metrics.add_metric(C.METRIC_BATCH_FAILED, MetricUnit.Count, 1)\n            raise",
+        'metrics.add_metric(C.METRIC_BATCH_FAILED, MetricUnit.Count, 1)\n            return {"batchItemFailures": []}',  # noqa: E501
+        INGEST,
+    ),
+    Mutation(
+        "watermark-condition",
+        "the compaction watermark's conditional, counter-fenced write",
+        "shardlog/spark/watermark.py",
+        ").counter_fenced(mark.counter if mark.exists else None)",
+        ")",
+        SPARK,
+    ),
+    Mutation(
+        "compaction-file-check",
+        "advancing nothing unless a batch's files hold exactly its records",
+        "shardlog/spark/compaction.py",
+        "if (count, low, high) != (plan.records, plan.start, plan.end - 1):",
+        "if count < 0:",
+        SPARK,
+    ),
+)
+
+
+@dataclass
+class Run:
+    caught: bool
+    failed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""
+
+
+@dataclass
+class Outcome:
+    name: str
+    breaks: str
+    suite: Run
+    models: Run | None = None
+
+    @property
+    def caught(self) -> bool:
+        return self.suite.caught and (self.models is None or self.models.caught)
+
+
+def scratch_copy(parent: Path, name: str) -> Path:
+    """The repository's files (no venv, no git, no build output) in a fresh directory."""
+    target = parent / name
+    shutil.copytree(ROOT, target, ignore=COPY_IGNORE, symlinks=True)
+    return target
+
+
+def run_tests(copy: Path, tests: tuple[str, ...], expect_pass: bool = False) -> Run:
+    """pytest over ``tests`` in the copy; stop at the first failure unless a pass is expected."""
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    imported = subprocess.run(
+        [str(PYTHON), "-c", "import shardlog, lambdas; print(shardlog.__file__, lambdas.__file__)"],
+        cwd=copy, env=env, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    if not all(Path(p).is_relative_to(copy) for p in imported):
+        raise click.ClickException(f"the copy is not what gets imported: {imported}")
+    command = [
+        str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        "-n", "0", "-rf", *([] if expect_pass else ["-x"]), *tests,
+    ]  # fmt: skip
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, cwd=copy, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        return Run(False, seconds=time.monotonic() - started, error=f"timed out ({TIMEOUT_S} s)")
+    seconds = time.monotonic() - started
+    failed = [
+        line.split(" ", 2)[1] for line in done.stdout.splitlines() if line.startswith("FAILED ")
+    ]
+    error = "" if failed or done.returncode in (0, 1) else done.stdout[-2000:] + done.stderr[-2000:]
+    return Run(done.returncode != 0, failed, seconds, error)
+
+
+def check(mutation: Mutation | None, parent: Path, models_alone: bool) -> Outcome:
+    name = mutation.name if mutation else "baseline"
+    copy = scratch_copy(parent, name)
+    try:
+        if mutation is None:
+            tests = tuple(dict.fromkeys(t for m in MUTATIONS for t in m.tests))
+            return Outcome(
+                name, "nothing (all guarding tests must pass)", run_tests(copy, tests, True)
+            )
+        mutation.apply(copy)
+        suite = run_tests(copy, mutation.tests)
+        models = run_tests(copy, mutation.models) if models_alone and mutation.models else None
+        return Outcome(name, mutation.breaks, suite, models)
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def line(outcome: Outcome, baseline: bool = False) -> str:
+    suite = outcome.suite
+    if baseline:
+        verdict = "PASS" if not suite.caught else f"FAIL ({len(suite.failed)} failed)"
+    else:
+        verdict = "CAUGHT" if outcome.caught else "SURVIVED"
+    text = f"{outcome.name:<26} {verdict:<9} {suite.seconds:6.0f} s  {outcome.breaks}"
+    if suite.failed:
+        text += f"\n{'':<28}failed: {', '.join(suite.failed[:3])}"
+    if outcome.models is not None:
+        models = outcome.models
+        state = "caught" if models.caught else "NOT caught"
+        text += f"\n{'':<28}model tests alone: {state} ({models.seconds:.0f} s)"
+        if models.failed:
+            text += f": {', '.join(models.failed[:2])}"
+    for run in (suite, outcome.models):
+        if run is not None and run.error:
+            text += f"\n{'':<28}error: {run.error.strip().splitlines()[-1]}"
+    return text
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--only", multiple=True, type=click.Choice([m.name for m in MUTATIONS]),
+              help="Run only this mutation (repeatable).")  # fmt: skip
+@click.option("--list", "list_only", is_flag=True, help="List the mutations and exit.")
+@click.option("--baseline/--skip-baseline", default=True, show_default=True,
+              help="First check that the guarding tests pass unmutated.")  # fmt: skip
+@click.option("--models/--no-models", default=True, show_default=True,
+              help="Also run the model tests alone on the fencing mutations.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON.")
+def main(only: tuple[str, ...], list_only: bool, baseline: bool, models: bool,
+         as_json: bool) -> None:  # fmt: skip
+    """Break each safety mechanism in a scratch copy and show which tests catch it."""
+    chosen = [m for m in MUTATIONS if not only or m.name in only]
+    if list_only:
+        for m in chosen:
+            click.echo(f"{m.name:<26} {m.path:<30} {m.breaks}")
+        return
+    if not PYTHON.exists():
+        raise click.ClickException(f"{PYTHON} is missing: run `make install` first")
+    outcomes: list[Outcome] = []
+    with tempfile.TemporaryDirectory(prefix="shardlog-mutants-") as scratch:
+        parent = Path(scratch)
+        if baseline:
+            base = check(None, parent, False)
+            if not as_json:
+                click.echo(line(base, baseline=True))
+            if base.suite.caught:
+                raise click.ClickException("the unmutated tests fail: fix them first")
+        with click.progressbar(chosen, label="mutations", file=sys.stderr) as bar:
+            for mutation in bar:
+                outcome = check(mutation, parent, models)
+                outcomes.append(outcome)
+                if not as_json:
+                    click.echo("\n" + line(outcome))
+    caught = sum(o.caught for o in outcomes)
+    if as_json:
+        click.echo(json.dumps([asdict(o) | {"caught": o.caught} for o in outcomes], indent=2))
+    else:
+        click.echo(f"\n{caught}/{len(outcomes)} mutations caught")
+    sys.exit(0 if caught == len(outcomes) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The mutation check's table stays true to the code: each mutation finds its text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+
+from scripts.mutants import MUTATIONS, ROOT, Mutation
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
+def test_each_mutation_applies_to_exactly_one_place(mutation: Mutation, tmp_path: Path) -> None:
+    source = (ROOT / mutation.path).read_text()
+    assert source.count(mutation.old) == 1
+    assert mutation.old != mutation.new
+    for tests in (*mutation.tests, *mutation.models):
+        assert (ROOT / tests).exists(), tests
+    copy = tmp_path / mutation.path
+    copy.parent.mkdir(parents=True)
+    copy.write_text(source)
+    mutation.apply(tmp_path)
+    assert copy.read_text() != source and mutation.new in copy.read_text()
+
+
+def test_a_mutation_whose_text_moved_fails_loudly(tmp_path: Path) -> None:
+    file = tmp_path / "shardlog" / "writer.py"
+    file.parent.mkdir()
+    file.write_text("nothing to break here\n")
+    with pytest.raises(click.ClickException, match="occurs 0 times"):
+        MUTATIONS[0].apply(tmp_path)
+
+
+def test_every_mechanism_of_the_issue_has_a_mutation() -> None:
+    names = {m.name for m in MUTATIONS}
+    assert names >= {
+        "commit-head-fence", "commit-lease-fence", "redelivery-filter", "conditional-create",
+        "key-exists-handling", "adoption-check", "reader-density", "renew-fence", "take-fence",
+        "parents-before-children", "watermark-condition", "compaction-file-check",
+        "ingest-error-path",
+    }  # fmt: skip
+    assert len(names) == len(MUTATIONS)
