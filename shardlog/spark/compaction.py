@@ -1,20 +1,31 @@
-"""Compaction as a library: the exactly-once protocol that turns the log into Parquet.
+"""Compaction as a library: the exactly-once protocol that appends the log to the lake table.
 
-Per partition (a group of its own in the consumers table, ``$compaction``):
+The truth is the lake table (``shardlog.lake``): each partition's watermark, the next seq
+the table does not hold, travels in the summary of the very snapshot that appended the
+records below it. Per run:
 
-1. **plan** (driver): read the watermark and the head; list the committed segments from the
-   watermark on (through the ``SegmentStore``) and take whole segments up to
-   ``max_records``; a batch a crashed run left pending is taken again exactly as it was;
-2. **begin** (driver): record the batch end as ``pendingCheckpoint`` (a fenced write);
-3. **write** (executors): read and decode the segments, then PUT one Parquet object per
-   (partition, date, hour) of the batch at a name made of its seq range, so the same batch
-   always gives the same names and a retry overwrites (``read_segments``, ``write_files``;
-   the job adds the columns in between with pure DataFrame transforms);
+1. **open** (driver): the table, created on first use; an unreachable catalog or a table
+   that is not shardlog's fails the run here, before anything is read or written;
+2. **plan** (driver): per partition, whole committed segments from the table's watermark
+   up to ``max_records``, never past the committed head (through the ``SegmentStore``);
+3. **write** (executors): read and decode the segments, then PUT one Parquet file per
+   (partition, arrival day) of the batch, named by its seq range and this run's id
+   (``read_segments``, ``write_files``; the job adds the columns in between);
 4. **commit** (driver): check the files hold exactly the batch (``check_files``), then
-   advance the watermark with a fenced write (``SHARD_END`` once an ENDED partition is done).
+   append them and the new watermarks in one Iceberg snapshot (``shardlog.lake.commit``),
+   refused if the table's watermark moved since step 2;
+5. **mirror** (driver): copy the table's watermarks into the ``$compaction`` items, for
+   status displays only; nothing reads them back as the truth.
 
-A crash anywhere before step 4 leaves the watermark where it was and the batch pending;
-the next run redoes that very batch, overwriting the same objects: no duplicate, no gap.
+| crash or race | what happens next |
+| --- | --- |
+| before 4 | files no snapshot references: never read; the next run plans afresh from the
+  table and maintenance removes them |
+| after 4, before 5 | the table has the batch; the next run finds nothing new for it and
+  brings the mirror up to date |
+| two runs at once | the second commit finds the watermark moved, commits nothing and
+  deletes its own files (``CompactionReport.conflicts``) |
+
 Nothing here builds a SparkSession or imports pyspark at import time: the job
 (``spark_jobs/compact.py``) does, and wires these steps together.
 """
@@ -22,20 +33,24 @@ Nothing here builds a SparkSession or imports pyspark at import time: the job
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.exceptions import CorruptLogError
+from shardlog.lake.commit import CommitResult, LakeAppend, append
+from shardlog.lake.files import s3_uri
+from shardlog.lake.settings import LakeSettings
 from shardlog.segments import SegmentStore
 from shardlog.spark.exceptions import CompactionError, WatermarkConflictError
 from shardlog.spark.jobs import JobArgs
-from shardlog.spark.watermark import Watermark, WatermarkStore
-from shardlog.tables import Tables
+from shardlog.spark.watermark import WatermarkStore
+from shardlog.tables import PartitionInfo
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -54,9 +69,6 @@ class BatchPlan:
     start: int
     end: int
     segments: tuple[SegmentRef, ...]
-    watermark: Watermark
-    ends_partition: bool = False  # the partition is ENDED and this batch reaches its head
-    redo: bool = False  # a crashed run's pending batch, taken again as it was
 
     @property
     def records(self) -> int:
@@ -65,10 +77,12 @@ class BatchPlan:
 
 @dataclass
 class CompactionReport:
+    run_id: str = ""
     batches: list[dict[str, Any]] = field(default_factory=list)
     records: int = 0
     files: int = 0
     bytes: int = 0
+    snapshot_id: int | None = None
     ended: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
 
@@ -76,7 +90,7 @@ class CompactionReport:
         return asdict(self)
 
 
-# --- 1. plan -----------------------------------------------------------------------------
+# --- 2. plan -----------------------------------------------------------------------------
 def batch_bounds(starts: Iterable[int], start: int, end: int, max_records: int) -> list[int]:
     """Segment boundaries of the batch from ``start``: whole segments, at most
     ``max_records`` records unless the first segment alone is larger, never past ``end``.
@@ -104,26 +118,21 @@ def batch_bounds(starts: Iterable[int], start: int, end: int, max_records: int) 
     return bounds[: bounds.index(last) + 1]
 
 
-def plan_batches(clients: Clients, args: JobArgs) -> tuple[list[BatchPlan], list[Watermark]]:
-    """The batch of each partition with records to compact, and the ENDED partitions that
-    are fully compacted but not yet marked ``SHARD_END``."""
-    watermarks = WatermarkStore(clients, args.consumers_table)
+def plan_batches(
+    clients: Clients,
+    args: JobArgs,
+    watermarks: Mapping[str, int],
+    partitions: Sequence[PartitionInfo],
+) -> list[BatchPlan]:
+    """The batch of each partition with committed records beyond the table's watermark."""
     store = SegmentStore(clients, args.bucket)
     plans: list[BatchPlan] = []
-    finished: list[Watermark] = []
-    for partition in Tables(clients, args.config().tables).list_partitions():
-        mark = watermarks.read(partition.partition_id)
-        if mark.ended:
+    for partition in partitions:
+        start = watermarks.get(partition.partition_id, 0)
+        if start >= partition.next_seq:
             continue
-        redo = mark.pending_end is not None
-        end = mark.pending_end if mark.pending_end is not None else partition.next_seq
-        if mark.next_seq >= end:
-            if partition.state == C.STATE_ENDED:
-                finished.append(mark)
-            continue
-        limit = end - mark.next_seq if redo else args.max_records
-        starts = store.starts(partition.partition_id, mark.next_seq)
-        bounds = batch_bounds(starts, mark.next_seq, end, limit)
+        starts = store.starts(partition.partition_id, start)
+        bounds = batch_bounds(starts, start, partition.next_seq, args.max_records)
         plans.append(
             BatchPlan(
                 partition_id=partition.partition_id,
@@ -132,45 +141,9 @@ def plan_batches(clients: Clients, args: JobArgs) -> tuple[list[BatchPlan], list
                 segments=tuple(
                     SegmentRef(partition.partition_id, a, b) for a, b in itertools.pairwise(bounds)
                 ),
-                watermark=mark,
-                ends_partition=(
-                    partition.state == C.STATE_ENDED and bounds[-1] == partition.next_seq
-                ),
-                redo=redo,
             )
         )
-    return plans, finished
-
-
-# --- 2. begin ----------------------------------------------------------------------------
-def begin_batches(
-    store: WatermarkStore, plans: Sequence[BatchPlan], report: CompactionReport
-) -> list[BatchPlan]:
-    """Record each new batch as pending; a partition another run moved first is skipped."""
-    begun = []
-    for plan in plans:
-        if plan.redo:
-            begun.append(plan)
-            continue
-        try:
-            mark = store.begin(plan.watermark, plan.end)
-        except WatermarkConflictError as exc:
-            report.conflicts.append(str(exc))
-            continue
-        begun.append(replace(plan, watermark=mark))
-    return begun
-
-
-def mark_finished(
-    store: WatermarkStore, marks: Sequence[Watermark], report: CompactionReport
-) -> None:
-    """ENDED partitions with nothing left to compact: ``SHARD_END``, never looked at again."""
-    for mark in marks:
-        try:
-            store.mark_ended(mark)
-            report.ended.append(mark.partition_id)
-        except WatermarkConflictError as exc:
-            report.conflicts.append(str(exc))
+    return plans
 
 
 # --- 3. write (executors) ----------------------------------------------------------------
@@ -202,7 +175,7 @@ def write_files(files: DataFrame, args: JobArgs) -> list[dict[str, Any]]:
 
 # --- 4. commit ---------------------------------------------------------------------------
 def check_files(plans: Sequence[BatchPlan], files: Sequence[dict[str, Any]]) -> None:
-    """Advance nothing unless each batch's files hold exactly its records."""
+    """Commit nothing unless each batch's files hold exactly its records."""
     for plan in plans:
         mine = [f for f in files if f["partition_id"] == plan.partition_id]
         count = sum(f["records"] for f in mine)
@@ -211,32 +184,70 @@ def check_files(plans: Sequence[BatchPlan], files: Sequence[dict[str, Any]]) -> 
         if (count, low, high) != (plan.records, plan.start, plan.end - 1):
             raise CompactionError(
                 f"{plan.partition_id}: batch [{plan.start}, {plan.end}) wrote {count} records "
-                f"over seqs [{low}, {high}]; the watermark stays at {plan.start}"
+                f"over seqs [{low}, {high}]; nothing is committed"
             )
 
 
 def commit_batches(
-    store: WatermarkStore, plans: Sequence[BatchPlan], report: CompactionReport
+    table: Table,
+    settings: LakeSettings,
+    plans: Sequence[BatchPlan],
+    files: Sequence[dict[str, Any]],
+    run_id: str,
+) -> CommitResult:
+    """Append the files and the batches' ends in one snapshot (``LakeConflictError`` if
+    another run appended any of these partitions first)."""
+    batch = LakeAppend(
+        ranges={p.partition_id: (p.start, p.end) for p in plans},
+        files=[s3_uri(settings.bucket, f["file_key"]) for f in files],
+        run_id=run_id,
+    )
+    return append(table, batch)
+
+
+def remove_files(clients: Clients, settings: LakeSettings, files: Sequence[dict[str, Any]]) -> None:
+    """Delete a run's files that no snapshot will reference (a lost race)."""
+    keys = [{"Key": f["file_key"]} for f in files]
+    for start in range(0, len(keys), 1000):  # DeleteObjects takes 1,000 keys at most
+        clients.s3.delete_objects(
+            Bucket=settings.bucket, Delete={"Objects": keys[start : start + 1000], "Quiet": True}
+        )
+
+
+# --- 5. mirror ---------------------------------------------------------------------------
+def mirror_watermarks(
+    store: WatermarkStore,
+    partitions: Sequence[PartitionInfo],
+    watermarks: Mapping[str, int],
+    report: CompactionReport,
 ) -> None:
-    """Advance each batch's watermark (fenced); a conflict means another run committed it."""
-    for plan in plans:
+    """Copy the table's watermarks to ``$compaction`` (``SHARD_END`` once an ENDED partition
+    is all in the table), writing only the items that differ. Never read as the truth."""
+    mirrored = store.read_all()
+    for partition in partitions:
+        pid = partition.partition_id
+        mark = watermarks.get(pid, 0)
+        ended = partition.state == C.STATE_ENDED and mark >= partition.next_seq
+        current = mirrored.get(pid)
+        if current is not None and (current.ended, current.next_seq) == (ended, mark):
+            continue
+        if current is not None and current.ended:
+            continue
         try:
-            store.advance(plan.watermark, ended=plan.ends_partition)
-        except WatermarkConflictError as exc:
-            # Another run committed this batch (it wrote the very same files): nothing lost.
+            store.mirror(current or store.read(pid), mark, ended=ended)
+        except WatermarkConflictError as exc:  # a concurrent run mirrors the same table
             report.conflicts.append(str(exc))
             continue
-        if plan.ends_partition:
-            report.ended.append(plan.partition_id)
+        if ended:
+            report.ended.append(pid)
 
 
 def summarize(
     report: CompactionReport, plans: Sequence[BatchPlan], files: Sequence[dict[str, Any]]
 ) -> CompactionReport:
-    """Fill the report with what the run compacted."""
+    """Fill the report with what the run committed."""
     report.batches = [
-        {"partitionId": p.partition_id, "start": p.start, "end": p.end, "redo": p.redo}
-        for p in plans
+        {"partitionId": p.partition_id, "start": p.start, "end": p.end} for p in plans
     ]
     report.records = sum(p.records for p in plans)
     report.files = len(files)

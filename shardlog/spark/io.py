@@ -9,8 +9,8 @@ in the executors and talk to S3 with boto3, exactly like the rest of shardlog:
   ``SegmentStore``, check it is the segment the driver planned (density), emit Arrow
   record batches;
 - ``FileWriter``: rows arrive grouped by ``file_key`` and sorted by seq; each group becomes
-  one Parquet object, written with a single PutObject at its deterministic key, so a retry
-  overwrites it (S3 PUT is atomic: a reader sees the old or the new object, never half);
+  one data file of the lake table, written with a single PutObject at a key no other run
+  uses (``shardlog.lake.files``); the driver then commits the files (``shardlog.lake.commit``);
 - ``FileReader``: a task per Parquet object: GetObject, ``pyarrow.parquet.read_table``.
 
 The functions are picklable objects holding only a ``ShardlogConfig`` (names, region,
@@ -30,35 +30,18 @@ import pyarrow.parquet as pq
 
 from shardlog.config import ShardlogConfig
 from shardlog.format import Segment
+from shardlog.lake.files import parquet_bytes, segment_records
+from shardlog.lake.schema import ARROW_SCHEMA, COLUMNS
 from shardlog.segments import SegmentStore, check_segment
 
-UTC_MICROS = pa.timestamp("us", tz="UTC")
-
-# One record of the log, as the jobs see it (and as the compacted Parquet holds it).
-RECORD_COLUMNS = (
-    "partition_id",
-    "seq",
-    "partition_key",
-    "data",
-    "kinesis_sequence_number",
-    "arrival_time",
-    "committed_at",
-)
+# One record of the log, as the jobs see it: the lake table's columns (shardlog.lake.schema).
+RECORD_COLUMNS = COLUMNS
 RECORD_SCHEMA = (
     "partition_id string, seq long, partition_key string, data binary, "
-    "kinesis_sequence_number string, arrival_time timestamp, committed_at timestamp"
+    "kinesis_sequence_number string, arrival_time timestamp, committed_at timestamp, "
+    "record_id string"
 )
-ARROW_RECORD_SCHEMA = pa.schema(
-    [
-        pa.field("partition_id", pa.string(), nullable=False),
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("partition_key", pa.string(), nullable=False),
-        pa.field("data", pa.binary(), nullable=False),
-        pa.field("kinesis_sequence_number", pa.string(), nullable=False),
-        pa.field("arrival_time", UTC_MICROS, nullable=False),
-        pa.field("committed_at", UTC_MICROS, nullable=False),
-    ]
-)
+ARROW_RECORD_SCHEMA = ARROW_SCHEMA
 SEGMENT_TASK_SCHEMA = "partition_id string, first_seq long, next_seq long"
 FILE_TASK_SCHEMA = "key string"
 FILE_STATS_SCHEMA = (
@@ -77,22 +60,8 @@ _ARROW_FILE_STATS = pa.schema(
 
 
 def segment_batch(segment: Segment) -> pa.RecordBatch:
-    """The records of one segment as an Arrow batch; ``committed_at`` = the segment's
-    ``written_at_ms``, stamped by the writer just before the commit."""
-    records = segment.records
-    count = len(records)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([segment.partition_id] * count, pa.string()),
-            pa.array([r.seq for r in records], pa.int64()),
-            pa.array([r.partition_key for r in records], pa.string()),
-            pa.array([r.data for r in records], pa.binary()),
-            pa.array([r.kinesis_sequence_number for r in records], pa.string()),
-            pa.array([r.arrival_ms * 1000 for r in records], UTC_MICROS),
-            pa.array([segment.written_at_ms * 1000] * count, UTC_MICROS),
-        ],
-        schema=ARROW_RECORD_SCHEMA,
-    )
+    """The records of one segment as an Arrow batch of the table's schema."""
+    return segment_records(segment)
 
 
 @dataclass(frozen=True)
@@ -107,12 +76,6 @@ class SegmentReader:
                 segment = store.fetch(partition_id, first_seq)
                 check_segment(segment, partition_id, first_seq, task["next_seq"])
                 yield segment_batch(segment)
-
-
-def parquet_bytes(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue()
 
 
 @dataclass(frozen=True)
@@ -173,6 +136,8 @@ def read_parquet(body: bytes) -> pa.Table:
 
 def put_table(config: ShardlogConfig, key: str, table: pa.Table) -> int:
     """Write a small table from the driver (analytics results); returns its size."""
-    body = parquet_bytes(table)
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    body = sink.getvalue()
     config.clients().s3.put_object(Bucket=config.bucket, Key=key, Body=body)
     return len(body)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from shardlog import constants as C
 from shardlog.config import ShardlogConfig
+from shardlog.lake.settings import LakeSettings
 
 COMPACT = "compact"
 ANALYTICS = "analytics"
@@ -84,6 +85,7 @@ class JobArgs:
     endpoint_url: str | None = None
     max_records: int = C.DEFAULT_COMPACTION_MAX_RECORDS
     top_keys: int = DEFAULT_TOP_KEYS
+    lake_table: str = C.DEFAULT_LAKE_TABLE  # <Glue database>.<table>
 
     @classmethod
     def from_config(cls, config: ShardlogConfig, **overrides: int) -> JobArgs:
@@ -93,7 +95,14 @@ class JobArgs:
             consumers_table=config.consumers_table,
             region=config.region,
             endpoint_url=config.endpoint_url,
+            lake_table=LakeSettings.from_config(config).table,
             **overrides,
+        )
+
+    def lake(self) -> LakeSettings:
+        """Where the lake table lives: derived from the arguments, the same in every job."""
+        return LakeSettings.for_deployment(
+            self.bucket, self.region, self.endpoint_url, self.lake_table
         )
 
     def config(self) -> ShardlogConfig:
@@ -119,6 +128,8 @@ class JobArgs:
             str(self.max_records),
             "--top-keys",
             str(self.top_keys),
+            "--lake-table",
+            self.lake_table,
         ]
         if self.endpoint_url:
             argv += ["--endpoint-url", self.endpoint_url]
@@ -143,6 +154,11 @@ class JobArgs:
         parser.add_argument(
             "--top-keys", type=_positive, default=DEFAULT_TOP_KEYS, help="Analytics: top N keys."
         )
+        parser.add_argument(
+            "--lake-table",
+            default=C.DEFAULT_LAKE_TABLE,
+            help="The lake table, <Glue database>.<table> (docs/LAKE.md).",
+        )
         return parser
 
     @classmethod
@@ -156,4 +172,5 @@ class JobArgs:
             endpoint_url=ns.endpoint_url,
             max_records=ns.max_records,
             top_keys=ns.top_keys,
+            lake_table=ns.lake_table,
         )

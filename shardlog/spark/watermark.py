@@ -1,27 +1,27 @@
-"""The compaction watermark: one ``$compaction`` item per partition in the consumers table.
+"""The compaction mirror: one ``$compaction`` item per partition in the consumers table.
 
-``checkpoint`` is the next seq to compact (every record below it is in Parquet), or
-``SHARD_END`` once an ENDED partition is fully compacted. ``pendingCheckpoint`` is the
-end of the batch a run is writing: it is recorded *before* the Parquet files, so a run
-that crashed between the files and the advance is redone over exactly the same records,
-with exactly the same file names, whatever the log's head has become since.
+The lake table is the truth (``shardlog.lake.commit``: watermarks in the snapshot that
+appended the records). These items only mirror it for status displays and the consumers
+table's vocabulary: ``checkpoint`` is the next seq the table does not hold, or
+``SHARD_END`` once an ENDED partition is all in the table. Compaction writes them after
+its commit and never reads them back to decide anything. ``pendingCheckpoint`` (the redo
+record of the Parquet-directory compaction) is read for old items and removed on write.
 
 Every write is conditional on ``leaseCounter`` as it was read and increments it (the
-fencing token of docs/TABLES.md), so of two runs racing on one partition exactly one
-moves the watermark. ``_write`` is the only place that writes (through the tables'
-``Update``, fenced by ``counter_fenced``), and a refused condition leaves it only as
-``WatermarkConflictError``.
+fencing token of docs/TABLES.md), so two runs mirroring at once cannot interleave.
+``_write`` is the only place that writes (through the tables' ``Update``, fenced by
+``counter_fenced``), and a refused condition leaves it only as ``WatermarkConflictError``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.spark.exceptions import WatermarkConflictError
-from shardlog.tables import Update, consumer_key, from_ddb, n, s, update_item
+from shardlog.tables import Update, consumer_key, from_ddb, s, update_item
 
 
 @dataclass(frozen=True)
@@ -80,28 +80,10 @@ class WatermarkStore:
         marks = [Watermark.from_item(i) for page in pages for i in page.get("Items", [])]
         return {m.partition_id: m for m in marks}
 
-    def begin(self, mark: Watermark, end: int) -> Watermark:
-        """Record the batch [next_seq, end) as being written (the redo record)."""
-        if end <= mark.next_seq:
-            raise ValueError(f"empty batch [{mark.next_seq}, {end})")
-        written = self._write(
-            mark,
-            ("#cp = :cp", "#pending = :end"),
-            (),
-            {":cp": s(str(mark.next_seq)), ":end": n(end)},
-        )
-        return replace(written, pending_end=end)
-
-    def advance(self, mark: Watermark, *, ended: bool = False) -> Watermark:
-        """Move the watermark to the pending end (``SHARD_END`` when the partition is done)."""
-        if mark.pending_end is None:
-            raise ValueError(f"{mark.partition_id}: no batch to commit")
-        checkpoint = C.SHARD_END if ended else str(mark.pending_end)
+    def mirror(self, mark: Watermark, next_seq: int, *, ended: bool = False) -> Watermark:
+        """Set the item to the table's watermark (``SHARD_END`` when the partition is done)."""
+        checkpoint = C.SHARD_END if ended else str(next_seq)
         return self._write(mark, ("#cp = :cp",), ("#pending",), {":cp": s(checkpoint)})
-
-    def mark_ended(self, mark: Watermark) -> Watermark:
-        """An ENDED partition with nothing left to compact: never look at it again."""
-        return self._write(mark, ("#cp = :cp",), (), {":cp": s(C.SHARD_END)})
 
     def _write(
         self,

@@ -1,13 +1,17 @@
-"""Helpers of the Spark tests: tiny job scripts, bounded waits, log and Parquet read-back."""
+"""Helpers of the Spark tests: tiny job scripts, bounded waits, log and lake read-back."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from shardlog import constants as C
+import pyarrow as pa
+
 from shardlog.clock import SystemClock
+from shardlog.lake.catalog import open_table
+from shardlog.lake.files import DATA_DIR
+from shardlog.lake.settings import LakeSettings
 from shardlog.reader import LogReader
-from shardlog.spark.io import read_parquet
 from tests.support.aws import AwsEnv
 
 OK_JOB = """\
@@ -63,29 +67,37 @@ def log_rows(aws: AwsEnv) -> list[Row]:
     return sorted(rows)
 
 
-def compacted_objects(aws: AwsEnv) -> dict[str, str]:
-    """Key -> ETag of every compacted object."""
+def unique_lake(aws: AwsEnv) -> LakeSettings:
+    """A lake table of its own for one test (moto's Glue catalog is global to the process)."""
+    config, table = aws.config, f"shardlog_{uuid.uuid4().hex[:10]}.events"
+    return LakeSettings.for_deployment(config.bucket, config.region, config.endpoint_url, table)
+
+
+def data_objects(aws: AwsEnv, lake: LakeSettings) -> dict[str, str]:
+    """Key -> ETag of every object under the table's data directory, committed or not."""
     pages = aws.clients.s3.get_paginator("list_objects_v2").paginate(
-        Bucket=aws.config.bucket, Prefix=C.COMPACTED_PREFIX
+        Bucket=lake.bucket, Prefix=f"{lake.key_prefix}{DATA_DIR}"
     )
     return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
 
 
-def compacted_rows(aws: AwsEnv) -> list[Row]:
-    """Every row of every compacted file, duplicates kept."""
+def lake_rows(lake: LakeSettings) -> list[Row]:
+    """Every row of the table's current snapshot, duplicates kept."""
+    return rows_of(open_table(lake).scan().to_arrow())
+
+
+def rows_of(table: pa.Table) -> list[Row]:
     rows = []
-    for key in compacted_objects(aws):
-        body = aws.clients.s3.get_object(Bucket=aws.config.bucket, Key=key)["Body"].read()
-        for r in read_parquet(body).to_pylist():
-            arrival_ms = int(r["arrival_time"].timestamp() * 1000)
-            rows.append(
-                (
-                    r["partition_id"],
-                    r["seq"],
-                    r["partition_key"],
-                    r["data"],
-                    r["kinesis_sequence_number"],
-                    arrival_ms,
-                )
+    for r in table.to_pylist():
+        arrival_ms = int(r["arrival_time"].timestamp() * 1000)
+        rows.append(
+            (
+                r["partition_id"],
+                r["seq"],
+                r["partition_key"],
+                r["data"],
+                r["kinesis_sequence_number"],
+                arrival_ms,
             )
+        )
     return sorted(rows)
