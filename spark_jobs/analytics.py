@@ -1,8 +1,10 @@
-"""Analytics over the compacted Parquet: volume per hour and per partition key, top keys,
-and the ingest delay (commit time minus Kinesis arrival time).
+"""Analytics over the lake table: volume per hour and per partition key, top keys, and the
+ingest delay (commit time minus Kinesis arrival time).
 
-Only rows below each partition's compaction watermark count (``SHARD_END``: all of the
-partition), so a compaction running at the same time never shows a half-written batch.
+It reads the data files of the table's current snapshot (planned by pyiceberg on the
+driver, read with boto3 + pyarrow in the executors: no JAR) and keeps only rows below the
+watermarks that snapshot carries, so a compaction committing at the same time, or files a
+crashed run left behind, are never seen.
 Writes ``analytics/{hourly,keys,top_keys,delay_histogram,partitions}.parquet`` and
 ``analytics/summary.json`` (``shardlog spark summary`` renders it). Each run recomputes
 everything and overwrites the same keys: the output is a snapshot, never appended to.
@@ -21,10 +23,12 @@ from pyspark.sql import functions as F
 
 from shardlog import constants as C
 from shardlog.aws import Clients
+from shardlog.lake.catalog import open_table
+from shardlog.lake.commit import table_watermarks
+from shardlog.lake.exceptions import NoLakeTableError
 from shardlog.spark.io import FILE_TASK_SCHEMA, RECORD_SCHEMA, FileReader, put_table
 from shardlog.spark.jobs import SUMMARY_KEY, JobArgs
 from shardlog.spark.session import build_session
-from shardlog.spark.watermark import WatermarkStore
 
 APP_NAME = "shardlog-analytics"
 WATERMARK_SCHEMA = "partition_id string, committed_end long"  # null end = SHARD_END: all
@@ -126,14 +130,22 @@ def partition_stats(rows: DataFrame) -> DataFrame:
 
 
 # --- I/O at the edges --------------------------------------------------------------------
-def compacted_keys(s3: Any, bucket: str) -> list[str]:
-    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=C.COMPACTED_PREFIX)
-    return [
-        obj["Key"]
-        for page in pages
-        for obj in page.get("Contents", [])
-        if obj["Key"].endswith(".parquet")
-    ]
+def table_files(args: JobArgs) -> tuple[list[str], dict[str, int]]:
+    """The keys (in the log bucket) of the current snapshot's data files, and the
+    watermarks of that snapshot; none before the first compaction."""
+    try:
+        table = open_table(args.lake())
+    except NoLakeTableError:
+        return [], {}
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return [], {}
+    prefix = f"s3://{args.lake().bucket}/"
+    keys = sorted(
+        task.file.file_path.removeprefix(prefix)
+        for task in table.scan(snapshot_id=snapshot.snapshot_id).plan_files()
+    )
+    return keys, table_watermarks(table)
 
 
 def read_compacted(spark: SparkSession, args: JobArgs, keys: Sequence[str]) -> DataFrame:
@@ -146,9 +158,8 @@ def read_compacted(spark: SparkSession, args: JobArgs, keys: Sequence[str]) -> D
     return tasks.mapInArrow(FileReader(args.config()), RECORD_SCHEMA)
 
 
-def watermark_frame(spark: SparkSession, clients: Clients, args: JobArgs) -> DataFrame:
-    marks = WatermarkStore(clients, args.consumers_table).read_all().values()
-    rows = [(m.partition_id, None if m.ended else m.next_seq) for m in marks]
+def watermark_frame(spark: SparkSession, watermarks: dict[str, int]) -> DataFrame:
+    rows = [(partition_id, next_seq) for partition_id, next_seq in sorted(watermarks.items())]
     return spark.createDataFrame(rows, WATERMARK_SCHEMA)
 
 
@@ -177,10 +188,8 @@ def run_analytics(
 ) -> dict[str, Any]:
     clients = clients or args.config().clients()
     config = args.config()
-    rows = committed_rows(
-        read_compacted(spark, args, compacted_keys(clients.s3, args.bucket)),
-        watermark_frame(spark, clients, args),
-    )
+    keys, watermarks = table_files(args)
+    rows = committed_rows(read_compacted(spark, args, keys), watermark_frame(spark, watermarks))
     delays = with_ingest_delay(rows).cache()
     tables = {
         "hourly": hourly_stats(delays),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shardlog.lake.exceptions import CatalogUnavailableError, LakeError, LakeSchemaError
+from shardlog.lake.exceptions import CatalogUnavailableError, LakeSchemaError, NoLakeTableError
 from shardlog.lake.schema import PARTITION_SPEC, SCHEMA, SORT_ORDER, check_schema
 from shardlog.lake.settings import LakeSettings
 
@@ -54,7 +54,7 @@ def open_table(settings: LakeSettings, *, create: bool = False) -> Table:
             table = catalog.load_table(settings.table)
         except (NoSuchTableError, NoSuchNamespaceError) as exc:
             if not create:
-                raise LakeError(
+                raise NoLakeTableError(
                     f"no lake table {settings.table} yet: run `shardlog spark run compact` first"
                 ) from exc
             table = _create(catalog, settings)

@@ -9,6 +9,10 @@ class LakeError(ShardlogError):
     """Base of the lake table's errors."""
 
 
+class NoLakeTableError(LakeError):
+    """The catalog has no lake table yet: no compaction has run."""
+
+
 class CatalogUnavailableError(LakeError):
     """The catalog (Glue, or the SQL catalog's database) could not be reached."""
 

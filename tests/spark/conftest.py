@@ -41,3 +41,16 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def lake_table(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A lake table of its own per test: moto's Glue catalog is one for the whole session,
+    and each test's bucket is new (the table's location would be another deployment's)."""
+    import uuid
+
+    from shardlog import constants as C
+
+    table = f"shardlog_{uuid.uuid4().hex[:10]}.events"
+    monkeypatch.setenv(C.ENV_LAKE_TABLE, table)
+    return table

@@ -1,30 +1,40 @@
-"""Compaction end to end against the embedded AWS: the log in, exactly its records out.
+"""Compaction end to end against the embedded AWS: the log in, exactly its records out, in
+the lake table, whatever crashes or races in between.
 
-The Spark session is the shared local one; S3 and DynamoDB are the moto server over HTTP.
+The Spark session is the shared local one; S3, DynamoDB and the Glue catalog are the moto
+server over HTTP.
 """
 
 from __future__ import annotations
 
 import re
+import socket
+from collections import Counter
 from typing import Any
 
 import pytest
 
+import shardlog.lake.commit as lake_commit
 from shardlog import constants as C
 from shardlog.format import IncomingRecord
+from shardlog.lake.catalog import open_table
+from shardlog.lake.commit import snapshot_watermarks, table_watermarks
+from shardlog.lake.exceptions import CatalogUnavailableError, LakeSchemaError
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.segments import segment_key
-from shardlog.spark.compaction import CompactionReport, begin_batches, plan_batches
+from shardlog.spark.compaction import check_files, commit_batches, plan_batches
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.watermark import WatermarkStore
+from shardlog.tables import Tables
 from spark_jobs.compact import compact, write_batches
-from tests.spark.helpers import compacted_objects, compacted_rows, log_rows
+from tests.spark.helpers import data_objects, lake_rows, log_rows
 from tests.support.aws import AwsEnv
 from tests.support.factories import incoming_records, writer_for
 
 P0, P1 = "shardId-000000000000", "shardId-000000000001"
 KEY_PATTERN = re.compile(
-    r"^compacted/date=\d{4}-\d{2}-\d{2}/hour=\d{2}/(shardId-\d{12})-(\d{20})-(\d{20})\.parquet$"
+    r"^lake/shardlog_[0-9a-f]{10}/events/data/arrival_day=\d{4}-\d{2}-\d{2}/"
+    r"(shardId-\d{12})-(\d{20})-(\d{20})-([0-9a-f]{16})\.parquet$"
 )
 
 
@@ -42,6 +52,16 @@ def set_state(aws: AwsEnv, partition_id: str, state: str) -> None:
     )
 
 
+def assert_exactly_the_log(aws: AwsEnv, args: JobArgs) -> None:
+    """The table holds every committed record once, and its watermark is what it holds."""
+    rows = lake_rows(args.lake())
+    assert len(rows) == len({(r[0], r[1]) for r in rows})  # no duplicate (partition, seq)
+    assert rows == log_rows(aws)
+    held = Counter(r[0] for r in rows)
+    assert table_watermarks(open_table(args.lake())) == dict(held)
+    assert all(max(r[1] for r in rows if r[0] == p) == n - 1 for p, n in held.items())
+
+
 @pytest.fixture
 def log(aws: AwsEnv, clock: Any) -> AwsEnv:
     writer = writer_for(aws, clock, segment_max_records=50)
@@ -51,62 +71,116 @@ def log(aws: AwsEnv, clock: Any) -> AwsEnv:
 
 
 def test_compaction_gives_exactly_the_log(spark: Any, log: AwsEnv) -> None:
-    report = compact(spark, job_args(log))
-    assert compacted_rows(log) == log_rows(log)
-    assert report.records == 350 and report.files == len(compacted_objects(log))
-    for key in compacted_objects(log):
-        partition, first, last = KEY_PATTERN.match(key).groups()  # type: ignore[union-attr]
-        assert partition in (P0, P1) and int(first) <= int(last)
-    store = WatermarkStore(log.clients, log.config.consumers_table)
+    args = job_args(log)
+    report = compact(spark, args)
+    assert_exactly_the_log(log, args)
+    assert report.records == 350 and report.files == len(data_objects(log, args.lake()))
+    for key in data_objects(log, args.lake()):
+        partition, first, last, run = KEY_PATTERN.match(key).groups()  # type: ignore[union-attr]
+        assert partition in (P0, P1) and int(first) <= int(last) and run == report.run_id
+    table = open_table(args.lake())
+    (snapshot,) = table.snapshots()
+    assert report.snapshot_id == snapshot.snapshot_id
+    assert snapshot_watermarks(snapshot) == {P0: 230, P1: 120}
+    store = WatermarkStore(log.clients, log.config.consumers_table)  # the status mirror
     assert (store.read(P0).next_seq, store.read(P1).next_seq) == (230, 120)
 
 
-def test_one_file_per_hour_a_batch_touches(spark: Any, aws: AwsEnv, clock: Any) -> None:
-    hour = 1_700_002_800_000  # 2023-11-14T23:00:00Z
-    records = [  # two records in the last ms of 22h, two in the first ms of 23h
-        IncomingRecord("k", b"v", str(SEQUENCE_BASE + i), hour - 2 + i) for i in range(4)
+def test_one_file_per_arrival_day_a_batch_touches(spark: Any, aws: AwsEnv, clock: Any) -> None:
+    midnight = 1_700_006_400_000  # 2023-11-15T00:00:00Z
+    records = [  # two records in the last ms of the 14th, two in the first ms of the 15th
+        IncomingRecord("k", b"v", str(SEQUENCE_BASE + i), midnight - 2 + i) for i in range(4)
     ]
     writer_for(aws, clock).append(P0, records)
-    compact(spark, job_args(aws))
-    z = "0" * 19
-    assert sorted(compacted_objects(aws)) == [
-        f"compacted/date=2023-11-14/hour=22/{P0}-{z}0-{z}1.parquet",
-        f"compacted/date=2023-11-14/hour=23/{P0}-{z}2-{z}3.parquet",
+    args = job_args(aws)
+    report = compact(spark, args)
+    z, prefix = "0" * 19, f"{args.lake().key_prefix}data"
+    assert sorted(data_objects(aws, args.lake())) == [
+        f"{prefix}/arrival_day=2023-11-14/{P0}-{z}0-{z}1-{report.run_id}.parquet",
+        f"{prefix}/arrival_day=2023-11-15/{P0}-{z}2-{z}3-{report.run_id}.parquet",
     ]
 
 
-def test_crash_between_write_and_advance_then_rerun_leaves_no_duplicates(
+def test_crash_after_the_files_before_the_commit_then_rerun_converges(
     spark: Any, log: AwsEnv, clock: Any
 ) -> None:
     args = job_args(log, max_records=100)
-    store = WatermarkStore(log.clients, log.config.consumers_table)
-    # The run dies after its Parquet files are in S3, before the watermark advance.
-    plans, _ = plan_batches(log.clients, args)
-    begun = begin_batches(store, plans, CompactionReport())
-    write_batches(spark, args, begun)
-    crashed_files = compacted_objects(log)
-    assert crashed_files and store.read(P0).next_seq == 0
+    table = open_table(args.lake(), create=True)
+    partitions = Tables(log.clients, args.config().tables).list_partitions()
+    # The run dies after its data files are in S3, before its commit.
+    plans = plan_batches(log.clients, args, table_watermarks(table), partitions)
+    crashed = write_batches(spark, args, plans, "c" * 16)
+    check_files(plans, crashed)
+    orphans = set(data_objects(log, args.lake()))
+    assert orphans and table.refresh().current_snapshot() is None
     # Ingest goes on meanwhile: the head moves past the crashed batch.
     writer_for(log, clock, segment_max_records=50).append(P0, incoming_records(70, start=230))
 
-    redo = compact(spark, args)
-    assert [b["redo"] for b in redo.batches] == [True, True]
-    assert set(crashed_files) <= set(compacted_objects(log))  # overwritten in place
     while compact(spark, args).records:
         pass
-    rows = compacted_rows(log)
-    assert len(rows) == len(set((r[0], r[1]) for r in rows))  # no duplicate (partition, seq)
-    assert rows == log_rows(log)
+    assert_exactly_the_log(log, args)  # the orphans are in no snapshot: never read
+    committed = {t.file.file_path for t in open_table(args.lake()).scan().plan_files()}
+    assert not committed & {f"s3://{log.config.bucket}/{k}" for k in orphans}
+
+
+def test_crash_after_the_commit_before_the_mirror_then_rerun_appends_nothing(
+    spark: Any, log: AwsEnv
+) -> None:
+    args = job_args(log)
+    table = open_table(args.lake(), create=True)
+    partitions = Tables(log.clients, args.config().tables).list_partitions()
+    plans = plan_batches(log.clients, args, {}, partitions)
+    files = write_batches(spark, args, plans, "d" * 16)
+    commit_batches(table, args.lake(), plans, files, "d" * 16)  # then the run dies
+    store = WatermarkStore(log.clients, log.config.consumers_table)
+    assert store.read(P0).next_seq == 0  # the mirror lags: it is never the truth
+
+    rerun = compact(spark, args)
+    assert (rerun.records, rerun.files, rerun.snapshot_id) == (0, 0, None)
+    assert len(open_table(args.lake()).snapshots()) == 1
+    assert_exactly_the_log(log, args)
+    assert (store.read(P0).next_seq, store.read(P1).next_seq) == (230, 120)  # caught up
+
+
+def test_two_racing_runs_land_exactly_once(
+    spark: Any, log: AwsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run A has read the table's watermarks and is about to commit when run B starts,
+    runs to the end and commits the same records: A's commit is refused (its base moved),
+    A re-reads the table, finds its batch stale, commits nothing and removes its files."""
+    args = job_args(log)
+    original = lake_commit.stale_partitions
+    other: list[Any] = []
+
+    def racing(marks: Any, batch: Any) -> list[str]:
+        if not other:
+            other.append(None)
+            other[0] = compact(spark, args)  # run B, start to finish, inside run A
+        return original(marks, batch)
+
+    monkeypatch.setattr(lake_commit, "stale_partitions", racing)
+    first = compact(spark, args)
+    winner = other[0]
+    assert winner.records == 350 and winner.snapshot_id is not None
+    assert (first.records, first.files, first.snapshot_id) == (0, 0, None)
+    assert first.conflicts and "another run appended" in first.conflicts[0]
+    assert len(open_table(args.lake()).snapshots()) == 1
+    assert_exactly_the_log(log, args)
+    # The loser's files are gone; the winner's are the table's.
+    assert all(winner.run_id in key for key in data_objects(log, args.lake()))
 
 
 def test_a_second_run_with_no_new_records_writes_nothing(spark: Any, log: AwsEnv) -> None:
-    compact(spark, job_args(log))
-    before = compacted_objects(log)
+    args = job_args(log)
+    compact(spark, args)
+    before = data_objects(log, args.lake())
+    snapshots = len(open_table(args.lake()).snapshots())
     counter_before = log.requests.snapshot()["s3.PutObject"]
-    again = compact(spark, job_args(log))
-    assert (again.records, again.files, again.batches) == (0, 0, [])
-    assert compacted_objects(log) == before  # same keys, same ETags
-    assert log.requests.snapshot()["s3.PutObject"] == counter_before
+    again = compact(spark, args)
+    assert (again.records, again.files, again.batches, again.snapshot_id) == (0, 0, [], None)
+    assert data_objects(log, args.lake()) == before  # same keys, same ETags
+    assert log.requests.snapshot()["s3.PutObject"] == counter_before  # no data file
+    assert len(open_table(args.lake()).snapshots()) == snapshots  # no empty snapshot
 
 
 def test_batches_are_whole_segments_within_max_records(spark: Any, log: AwsEnv) -> None:
@@ -118,7 +192,7 @@ def test_batches_are_whole_segments_within_max_records(spark: Any, log: AwsEnv) 
     }
     while compact(spark, args).records:
         pass
-    assert compacted_rows(log) == log_rows(log)
+    assert_exactly_the_log(log, args)
 
 
 def test_ended_partitions_reach_shard_end_closed_ones_keep_going(
@@ -126,7 +200,8 @@ def test_ended_partitions_reach_shard_end_closed_ones_keep_going(
 ) -> None:
     set_state(log, P0, C.STATE_ENDED)
     set_state(log, P1, C.STATE_CLOSED)
-    report = compact(spark, job_args(log))
+    args = job_args(log)
+    report = compact(spark, args)
     store = WatermarkStore(log.clients, log.config.consumers_table)
     assert report.ended == [P0] and store.read(P0).ended
     assert store.read(P1).next_seq == 120 and not store.read(P1).ended
@@ -134,15 +209,54 @@ def test_ended_partitions_reach_shard_end_closed_ones_keep_going(
         P1, incoming_records(10, start=1120, keys=("q0", "q1", "q2", "q3", "q4"))
     )
     set_state(log, P1, C.STATE_ENDED)
-    compact(spark, job_args(log))
+    compact(spark, args)
     assert store.read(P1).ended
-    assert compacted_rows(log) == log_rows(log)
-    assert compact(spark, job_args(log)).ended == []  # done partitions are not read again
+    assert_exactly_the_log(log, args)
+    assert compact(spark, args).ended == []  # done partitions are not mirrored again
 
 
-def test_a_missing_segment_fails_the_run_and_keeps_the_watermark(spark: Any, log: AwsEnv) -> None:
+def test_a_missing_segment_fails_the_run_and_commits_nothing(spark: Any, log: AwsEnv) -> None:
     log.clients.s3.delete_object(Bucket=log.config.bucket, Key=segment_key(P0, 100))
+    args = job_args(log)
     with pytest.raises(Exception, match="a committed segment is missing"):
-        compact(spark, job_args(log))
+        compact(spark, args)
+    assert open_table(args.lake()).current_snapshot() is None  # never skipped
     store = WatermarkStore(log.clients, log.config.consumers_table)
-    assert store.read(P0).next_seq == 0  # never skipped
+    assert store.read(P0).next_seq == 0
+
+
+def test_an_unreachable_catalog_fails_before_anything_is_written(
+    spark: Any, log: AwsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    args = job_args(log)
+    lake = args.lake()
+    nowhere = type(lake)(
+        lake.table, lake.location, lake.catalog_name, {**lake.properties, "glue.endpoint": closed}
+    )
+    monkeypatch.setattr(JobArgs, "lake", lambda self: nowhere)
+    puts = log.requests.snapshot()["s3.PutObject"]
+    with pytest.raises(CatalogUnavailableError, match=f"lake catalog shardlog \\({closed}\\)"):
+        compact(spark, args)
+    assert log.requests.snapshot()["s3.PutObject"] == puts
+    assert WatermarkStore(log.clients, log.config.consumers_table).read_all() == {}
+
+
+def test_a_table_of_another_schema_fails_the_run_clearly(spark: Any, log: AwsEnv) -> None:
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    lake = job_args(log).lake()
+    catalog = load_catalog(lake.catalog_name, **lake.properties)
+    catalog.create_namespace_if_not_exists(lake.database)
+    catalog.create_table(
+        lake.table, Schema(NestedField(1, "seq", LongType(), required=True)), location=lake.location
+    )
+    with pytest.raises(
+        LakeSchemaError, match="is not a shardlog lake table: missing column arrival_time"
+    ):
+        compact(spark, job_args(log))
+    assert not data_objects(log, lake)

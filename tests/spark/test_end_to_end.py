@@ -1,5 +1,5 @@
 """The whole path on the embedded AWS: `shardlog spark run` -> StartJobRun -> a local
-spark-submit of spark_jobs/compact.py and analytics.py -> Parquet and the summary."""
+spark-submit of spark_jobs/compact.py and analytics.py -> the lake table and the summary."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from shardlog import constants as C
 from shardlog.cli.main import cli
-from tests.spark.helpers import compacted_rows, log_rows
+from shardlog.spark.jobs import JobArgs
+from tests.spark.helpers import lake_rows, log_rows
 from tests.support.aws import AwsEnv
 from tests.support.factories import incoming_records, writer_for
 
@@ -51,7 +52,7 @@ def test_compaction_and_analytics_through_local_emr_serverless(
     assert compacted.exit_code == 0, compacted.output
     result = json.loads(compacted.output)
     assert (result["started"], result["state"]) == (True, "SUCCESS")
-    assert compacted_rows(aws) == log_rows(aws)
+    assert lake_rows(JobArgs.from_config(aws.config).lake()) == log_rows(aws)
 
     analysed = shardlog("spark", "run", "analytics", "--wait", "--json")
     assert json.loads(analysed.output)["state"] == "SUCCESS", analysed.output

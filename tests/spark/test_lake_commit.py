@@ -15,6 +15,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
+import shardlog.lake.commit as lake_commit
+from shardlog import constants as C
 from shardlog.config import ShardlogConfig
 from shardlog.lake.catalog import COMMIT_RETRIES_PROPERTY, open_table
 from shardlog.lake.commit import (
@@ -87,9 +89,10 @@ def test_one_snapshot_holds_the_files_and_the_watermarks(log: AwsEnv, lake: Lake
     assert lake_rows(lake) == log_rows(log)
     # The watermark equals the rows in the table, per partition.
     counts = table.scan().to_arrow().group_by("partition_id").aggregate([("seq", "count")])
-    assert dict(zip(*counts.to_pydict().values(), strict=True)) == {P1: 60, P0: 130} or dict(
+    held = dict(
         zip(counts["partition_id"].to_pylist(), counts["seq_count"].to_pylist(), strict=True)
-    ) == {P0: 130, P1: 60}
+    )
+    assert held == {P0: 130, P1: 60}
 
 
 def test_the_next_append_continues_from_the_table(log: AwsEnv, lake: LakeSettings) -> None:
@@ -103,16 +106,28 @@ def test_the_next_append_continues_from_the_table(log: AwsEnv, lake: LakeSetting
     assert lake_rows(lake) == log_rows(log)
 
 
-def test_two_racing_runs_only_one_lands(log: AwsEnv, lake: LakeSettings) -> None:
-    """Both runs read the same (empty) table and plan the same batch; the second commit,
-    whose base snapshot is stale, must not be re-applied onto the first."""
+def test_two_racing_runs_only_one_lands(
+    log: AwsEnv, lake: LakeSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both runs plan the same batch on the empty table; the first commits after the second
+    has read the watermarks and before the second commits. The second's commit is refused
+    (stale base), it re-reads, finds its batch stale and commits nothing: never both."""
     open_table(lake, create=True)
     first, second = open_table(lake), open_table(lake)  # two drivers, each its own Table
     ranges = {P0: (0, 130), P1: (0, 60)}
     batch_a, batch_b = batch_of(log, lake, ranges), batch_of(log, lake, ranges)
-    append(first, batch_a)
+    original, calls = lake_commit.stale_partitions, []
+
+    def racing(marks: Any, batch: LakeAppend) -> list[str]:
+        calls.append(batch.run_id)
+        if batch is batch_b and len(calls) == 1:
+            append(first, batch_a)  # lands between the second's read and its commit
+        return original(marks, batch)
+
+    monkeypatch.setattr(lake_commit, "stale_partitions", racing)
     with pytest.raises(LakeConflictError) as lost:
         append(second, batch_b)
+    assert calls == [batch_b.run_id, batch_a.run_id, batch_b.run_id]  # b re-checked
     assert set(lost.value.partitions) == {P0, P1}
     assert lake_rows(lake) == log_rows(log)  # every record exactly once
     assert len(open_table(lake).snapshots()) == 1
@@ -130,7 +145,7 @@ def test_a_stale_table_object_with_pyiceberg_retries_would_land_twice(
     # open_table put the property back; undo that behind its back, as another tool might.
     with stale.transaction() as transaction:
         transaction.set_properties({COMMIT_RETRIES_PROPERTY: "4"})
-    with pytest.raises(LakeError, match="commit.retry.num-retries=4"):
+    with pytest.raises(LakeError, match=r"commit\.retry\.num-retries=4"):
         append(stale, batch_of(log, lake, {P0: (0, 130)}))
     assert open_table(lake).scan().to_arrow().num_rows == 0
 
@@ -143,7 +158,9 @@ def test_files_that_were_never_committed_are_never_read(log: AwsEnv, lake: LakeS
     assert lake_rows(lake) == log_rows(log)
 
 
-def test_records_of_two_days_go_to_two_partitions(aws: AwsEnv, clock: Any, lake: LakeSettings) -> None:
+def test_records_of_two_days_go_to_two_partitions(
+    aws: AwsEnv, clock: Any, lake: LakeSettings
+) -> None:
     writer = writer_for(aws, clock)
     end_of_day = 1_700_006_400_000 - 2  # 2023-11-15T00:00:00Z minus 2 ms
     writer.append(P0, incoming_records(4, start=0, arrival_ms=end_of_day))
@@ -184,9 +201,10 @@ def test_an_unreachable_catalog_is_a_clear_error(lake: LakeSettings) -> None:
 
 
 def test_a_user_opens_the_table_with_plain_load_catalog(
-    log: AwsEnv, lake: LakeSettings, tmp_path: Any
+    log: AwsEnv, lake: LakeSettings, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The state file's ``lake`` entry is all a pyiceberg user needs."""
+    monkeypatch.delenv(C.ENV_LAKE_TABLE)  # the state file, not the environment, names it
     table = open_table(lake, create=True)
     append(table, batch_of(log, lake, {P0: (0, 130), P1: (0, 60)}))
     state = tmp_path / "local.json"
