@@ -143,6 +143,9 @@ LAKE_PREFIX: Final = "lake/"  # table locations: s3://<bucket>/lake/<database>/<
 DEFAULT_LAKE_CATALOG: Final = "shardlog"
 DEFAULT_LAKE_TABLE: Final = "shardlog.events"  # <Glue database>.<table>
 ENV_LAKE_TABLE: Final = "SHARDLOG_LAKE_TABLE"
+LAKE_QUERY_DEFAULT_LIMIT: Final = 1_000  # rows `shardlog lake query` prints by default
+LAKE_QUERY_MAX_LIMIT: Final = 1_000_000  # rows a lake query returns at most (held in memory)
+LAKE_QUERY_MAX_FILTER_VALUES: Final = 100  # values of --partition-key or --partition at most
 
 # --- limits ------------------------------------------------------------------------
 MIB: Final = 1024 * 1024

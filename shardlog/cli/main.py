@@ -125,9 +125,18 @@ def demo(
     )
     if report.analytics:
         summary += (
-            f"\n  Spark compaction: {report.analytics['records']} Parquet rows, "
+            f"\n  Spark compaction + analytics: {report.analytics['records']} rows, "
             f"{report.analytics['duplicateRows']} duplicates: "
             f"{'exactly the log' if report.ok else 'VIOLATED'} (analytics above)"
+        )
+    lake = (report.analytics or {}).get("lake")
+    if lake:
+        from shardlog.lake.query import render_rows
+
+        summary += (
+            f"\n  lake table {lake['table']}: {lake['rows']} rows, each committed record once "
+            f"(snapshot {lake['snapshotId']})\n  $ {lake['sampleQuery']}\n"
+            + render_rows(lake["sample"])
         )
     for violation in report.violations[:20]:
         summary += f"\n  violation: {violation}"
@@ -450,7 +459,9 @@ def main() -> None:  # pragma: no cover - console entry
     cli(standalone_mode=True)  # errors: shardlog.cli.errors.ShardlogGroup
 
 
+from shardlog.cli.lake import lake as _lake_group  # noqa: E402 - after cli exists
 from shardlog.cli.spark import spark as _spark_group  # noqa: E402 - after cli exists
 
 cli.add_command(_spark_group)
+cli.add_command(_lake_group)
 cli.add_command(consume)

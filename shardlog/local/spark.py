@@ -145,4 +145,42 @@ def run_jobs_and_verify(
         violations.append(
             f"compacted {summary['records']} rows, the log holds {sum(heads.values())} records"
         )
-    return summary, violations
+    lake, lake_violations = verify_lake(JobArgs.from_config(config), heads)
+    summary = {**summary, "lake": lake}
+    return summary, violations + lake_violations
+
+
+def verify_lake(args: JobArgs, heads: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
+    """The lake table against the log's heads: each partition's rows are exactly seqs
+    [0, head), once, and the snapshot's watermark is the head. Also a sample query."""
+    from shardlog.lake.catalog import open_table
+    from shardlog.lake.commit import table_watermarks
+    from shardlog.lake.query import LakeQuery, json_rows, run_query
+
+    table = open_table(args.lake())
+    snapshot = table.current_snapshot()
+    rows = table.scan(selected_fields=("partition_id", "seq")).to_arrow()
+    seqs: dict[str, list[int]] = {}
+    for partition_id, seq in zip(
+        rows["partition_id"].to_pylist(), rows["seq"].to_pylist(), strict=True
+    ):
+        seqs.setdefault(partition_id, []).append(seq)
+    marks = table_watermarks(table)
+    violations = [
+        f"lake table {args.lake_table}: {partition_id} holds {len(seqs.get(partition_id, []))} "
+        f"rows, watermark {marks.get(partition_id, 0)}, the log has seqs [0, {head})"
+        for partition_id, head in sorted(heads.items())
+        if sorted(seqs.get(partition_id, [])) != list(range(head))
+        or marks.get(partition_id, 0) != head
+    ]
+    first = min(heads, default=None)
+    sample_query = LakeQuery(partitions=(first,) if first else (), limit=5)
+    sample = list(json_rows(run_query(table, sample_query)))
+    lake = {
+        "table": args.lake_table,
+        "rows": rows.num_rows,
+        "snapshotId": snapshot.snapshot_id if snapshot else None,
+        "sampleQuery": f"shardlog lake query --partition {first} --limit 5",
+        "sample": sample,
+    }
+    return lake, violations

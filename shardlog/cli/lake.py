@@ -1,0 +1,96 @@
+"""`shardlog lake`: query the lake table (docs/LAKE.md) through pyiceberg."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime
+
+import click
+
+from shardlog import constants as C
+from shardlog.config import ShardlogConfig
+from shardlog.exceptions import ShardlogError
+
+
+def _config(ctx: click.Context) -> ShardlogConfig:
+    return ctx.find_object(ShardlogConfig) or ShardlogConfig.resolve()
+
+
+def _time(_ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO 8601 time (e.g. 2026-11-25T03:00:00Z)"
+        ) from None
+    if when.tzinfo is None:
+        raise click.BadParameter(f"{value!r} has no time zone: add Z or an offset")
+    return when
+
+
+@click.group("lake")
+def lake() -> None:
+    """The lake table: the committed log as an Apache Iceberg table (docs/LAKE.md)."""
+
+
+@lake.command("query")
+@click.option("--partition-key", "partition_keys", multiple=True, help="Repeat for any of several.")
+@click.option("--partition", "partitions", multiple=True, help="Partition id; repeatable.")
+@click.option("--since", callback=_time, help="Arrival time at or after (ISO 8601, with zone).")
+@click.option("--until", callback=_time, help="Arrival time before (ISO 8601, with zone).")
+@click.option(
+    "--limit",
+    default=C.LAKE_QUERY_DEFAULT_LIMIT,
+    show_default=True,
+    type=click.IntRange(1, C.LAKE_QUERY_MAX_LIMIT),
+    help="Rows at most.",
+)
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Add the committed log beyond the table's watermark (records not compacted yet).",
+)
+@click.option("--endpoint-url", help="AWS endpoint; overrides the global option.")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines, one row each.")
+@click.pass_context
+def query(
+    ctx: click.Context,
+    partition_keys: tuple[str, ...],
+    partitions: tuple[str, ...],
+    since: datetime | None,
+    until: datetime | None,
+    limit: int,
+    fresh: bool,
+    endpoint_url: str | None,
+    as_json: bool,
+) -> None:
+    """Rows of the lake table matching every filter, by partition and seq."""
+    from shardlog.lake.catalog import open_table
+    from shardlog.lake.query import LakeQuery, json_rows, render_rows, run_query
+    from shardlog.lake.settings import LakeSettings
+    from shardlog.tables import Tables
+
+    config = _config(ctx)
+    if endpoint_url:
+        config = replace(config, endpoint_url=endpoint_url, extra={**config.extra, "lake": None})
+    try:
+        spec = LakeQuery(partition_keys, partitions, since, until, limit)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    try:
+        table = open_table(LakeSettings.from_config(config))
+        clients = config.clients() if fresh else None
+        heads = Tables(clients, config.tables).list_partitions() if clients else []
+        rows = run_query(
+            table, spec, fresh=fresh, clients=clients, bucket=config.bucket, partitions=heads
+        )
+    except ShardlogError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        for row in json_rows(rows):
+            click.echo(json.dumps(row, sort_keys=True))
+        return
+    click.echo(render_rows(list(json_rows(rows))))
