@@ -94,3 +94,53 @@ def query(
             click.echo(json.dumps(row, sort_keys=True))
         return
     click.echo(render_rows(list(json_rows(rows))))
+
+
+@lake.command("maintain")
+@click.option(
+    "--snapshot-retention-hours",
+    default=7 * 24,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Expire snapshots older than this (never the current one).",
+)
+@click.option(
+    "--orphan-grace-hours",
+    default=24,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Remove unreferenced files older than this (longer than any compaction run).",
+)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def maintain(
+    ctx: click.Context, snapshot_retention_hours: int, orphan_grace_hours: int, as_json: bool
+) -> None:
+    """Expire old snapshots and remove files no snapshot references (crashed runs' files)."""
+    from datetime import UTC, timedelta
+
+    from shardlog.lake.catalog import open_table
+    from shardlog.lake.maintenance import maintain as run_maintenance
+    from shardlog.lake.settings import LakeSettings
+
+    config = _config(ctx)
+    settings = LakeSettings.from_config(config)
+    try:
+        report = run_maintenance(
+            config.clients().s3,
+            settings,
+            open_table(settings),
+            datetime.now(UTC),
+            snapshot_retention=timedelta(hours=snapshot_retention_hours),
+            orphan_grace=timedelta(hours=orphan_grace_hours),
+        )
+    except ShardlogError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), sort_keys=True))
+        return
+    click.echo(
+        f"{settings.table}: expired {len(report.expired_snapshots)} snapshot(s), removed "
+        f"{len(report.removed_files)} unreferenced file(s), kept {report.kept_young_files} "
+        f"younger than {orphan_grace_hours} h"
+    )

@@ -1,0 +1,131 @@
+"""Maintenance of the lake table: expire old snapshots, remove files no snapshot references.
+
+- **expire**: snapshots older than ``snapshot_retention`` go, except the current one (and
+  any branch or tag head). The table only ever appends, so every data file stays
+  referenced by the current snapshot: expiring loses time travel, never a row. The
+  current snapshot carries every partition's watermark (``shardlog.lake.commit``).
+- **orphans**: objects under the table's location that no remaining snapshot, manifest or
+  metadata file references, and that are older than ``orphan_grace``: the files of a run
+  that crashed before its commit or lost a race, and the manifests and metadata of
+  expired snapshots. The grace period protects a compaction still running: its files are
+  written before its commit, so the grace must exceed the longest run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from shardlog.lake.settings import LakeSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyiceberg.table import Table
+
+MIN_ORPHAN_GRACE = timedelta(hours=1)  # a compaction run lasts less (EMR timeout: 1 h)
+DEFAULT_ORPHAN_GRACE = timedelta(days=1)
+MIN_SNAPSHOT_RETENTION = timedelta(hours=1)
+DEFAULT_SNAPSHOT_RETENTION = timedelta(days=7)
+
+
+@dataclass
+class MaintenanceReport:
+    expired_snapshots: list[int] = field(default_factory=list)
+    removed_files: list[str] = field(default_factory=list)
+    kept_young_files: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_durations(snapshot_retention: timedelta, orphan_grace: timedelta) -> None:
+    if snapshot_retention < MIN_SNAPSHOT_RETENTION:
+        raise ValueError(
+            f"snapshot retention must be at least {MIN_SNAPSHOT_RETENTION}, "
+            f"not {snapshot_retention}"
+        )
+    if orphan_grace < MIN_ORPHAN_GRACE:
+        raise ValueError(
+            f"orphan grace must be at least {MIN_ORPHAN_GRACE} (longer than a compaction "
+            f"run, whose files precede its commit), not {orphan_grace}"
+        )
+
+
+def expire_snapshots(table: Table, older_than: datetime) -> list[int]:
+    """Expire the snapshots older than ``older_than`` but the current one."""
+    current = table.current_snapshot()
+    doomed = [
+        s.snapshot_id
+        for s in table.snapshots()
+        if s.timestamp_ms < older_than.timestamp() * 1000
+        and (current is None or s.snapshot_id != current.snapshot_id)
+    ]
+    if doomed:
+        table.maintenance.expire_snapshots().by_ids(doomed).commit()
+        table.refresh()
+    return sorted(doomed)
+
+
+def referenced_files(table: Table) -> set[str]:
+    """Every file a remaining snapshot or the metadata references (full ``s3://`` URIs)."""
+    io = table.io
+    files = {table.metadata_location}
+    files |= {entry.metadata_file for entry in table.metadata.metadata_log}
+    for snapshot in table.snapshots():
+        files.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(io):
+            files.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+                files.add(entry.data_file.file_path)
+    return files
+
+
+def remove_orphans(
+    s3: Any, settings: LakeSettings, table: Table, older_than: datetime
+) -> tuple[list[str], int]:
+    """Delete the table location's objects nobody references, last modified before
+    ``older_than``: (removed keys, unreferenced objects kept as too young)."""
+    referenced = referenced_files(table)
+    doomed, young = [], 0
+    for obj in _objects(s3, settings):
+        if f"s3://{settings.bucket}/{obj['Key']}" in referenced:
+            continue
+        if obj["LastModified"] >= older_than:
+            young += 1
+            continue
+        doomed.append(obj["Key"])
+    for start in range(0, len(doomed), 1000):  # DeleteObjects takes 1,000 keys at most
+        s3.delete_objects(
+            Bucket=settings.bucket,
+            Delete={"Objects": [{"Key": k} for k in doomed[start : start + 1000]], "Quiet": True},
+        )
+    return sorted(doomed), young
+
+
+def maintain(
+    s3: Any,
+    settings: LakeSettings,
+    table: Table,
+    now: datetime,
+    *,
+    snapshot_retention: timedelta = DEFAULT_SNAPSHOT_RETENTION,
+    orphan_grace: timedelta = DEFAULT_ORPHAN_GRACE,
+) -> MaintenanceReport:
+    """Expire, then remove orphans (the expired snapshots' files among them)."""
+    check_durations(snapshot_retention, orphan_grace)
+    table.refresh()
+    report = MaintenanceReport()
+    report.expired_snapshots = expire_snapshots(table, now - snapshot_retention)
+    report.removed_files, report.kept_young_files = remove_orphans(
+        s3, settings, table, now - orphan_grace
+    )
+    return report
+
+
+def _objects(s3: Any, settings: LakeSettings) -> Iterable[dict[str, Any]]:
+    pages = s3.get_paginator("list_objects_v2").paginate(
+        Bucket=settings.bucket, Prefix=settings.key_prefix
+    )
+    for page in pages:
+        yield from page.get("Contents", [])

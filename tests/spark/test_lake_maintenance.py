@@ -1,0 +1,100 @@
+"""Lake maintenance on the embedded AWS: old snapshots expire (never the current one, never
+a row), files no snapshot references go once older than the grace period, young ones stay."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shardlog.lake.catalog import open_table
+from shardlog.lake.commit import LakeAppend, append, table_watermarks
+from shardlog.lake.files import s3_uri, write_data_files
+from shardlog.lake.maintenance import (
+    MIN_ORPHAN_GRACE,
+    MIN_SNAPSHOT_RETENTION,
+    check_durations,
+    maintain,
+    referenced_files,
+)
+from shardlog.lake.settings import LakeSettings
+from shardlog.segments import SegmentStore
+from shardlog.spark.jobs import JobArgs
+from tests.spark.helpers import data_objects, lake_rows, log_rows
+from tests.support.aws import AwsEnv
+from tests.support.cli import run_cli
+from tests.support.factories import incoming_records, writer_for
+
+P0 = "shardId-000000000000"
+
+
+def written(aws: AwsEnv, lake: LakeSettings, start: int, end: int) -> LakeAppend:
+    segments = list(SegmentStore(aws.clients, aws.config.bucket).segments(P0, start, end))
+    run_id = uuid.uuid4().hex[:16]
+    files = write_data_files(aws.clients.s3, lake, segments, run_id)
+    return LakeAppend({P0: (start, end)}, [s3_uri(lake.bucket, f.key) for f in files], run_id)
+
+
+@pytest.fixture
+def lake(aws: AwsEnv, clock: Any) -> LakeSettings:
+    """Two appends (two snapshots) and the files of a run that crashed before its commit."""
+    writer_for(aws, clock, segment_max_records=50).append(P0, incoming_records(100, start=0))
+    settings = JobArgs.from_config(aws.config).lake()
+    table = open_table(settings, create=True)
+    append(table, written(aws, settings, 0, 50))
+    written(aws, settings, 50, 100)  # crashed: never committed
+    append(table, written(aws, settings, 50, 100))
+    return settings
+
+
+def keys(aws: AwsEnv, lake: LakeSettings) -> set[str]:
+    pages = aws.clients.s3.get_paginator("list_objects_v2").paginate(
+        Bucket=lake.bucket, Prefix=lake.key_prefix
+    )
+    return {o["Key"] for page in pages for o in page.get("Contents", [])}
+
+
+def test_expire_and_remove_orphans_keep_every_row(aws: AwsEnv, lake: LakeSettings) -> None:
+    table = open_table(lake)
+    assert len(table.snapshots()) == 2 and len(data_objects(aws, lake)) == 3
+    later = datetime.now(UTC) + timedelta(days=2)  # everything is older than the grace now
+    report = maintain(aws.clients.s3, lake, table, later, snapshot_retention=timedelta(days=1))
+    table = open_table(lake)
+    (current,) = table.snapshots()
+    assert report.expired_snapshots and current.snapshot_id not in report.expired_snapshots
+    crashed = [k for k in report.removed_files if "/data/" in k]
+    assert len(crashed) == 1 and len(data_objects(aws, lake)) == 2  # the crashed run's file
+    referenced = referenced_files(table)
+    assert all(f"s3://{lake.bucket}/{k}" in referenced for k in keys(aws, lake))
+    assert lake_rows(lake) == log_rows(aws)  # no row lost
+    assert table_watermarks(table) == {P0: 100}
+    again = maintain(aws.clients.s3, lake, table, later)
+    assert (again.expired_snapshots, again.removed_files) == ([], [])
+
+
+def test_young_unreferenced_files_are_kept(aws: AwsEnv, lake: LakeSettings) -> None:
+    """A compaction still running has written its files but not committed them yet."""
+    before = keys(aws, lake)
+    report = maintain(aws.clients.s3, lake, open_table(lake), datetime.now(UTC))
+    assert report.removed_files == [] and report.expired_snapshots == []
+    assert report.kept_young_files >= 1 and keys(aws, lake) == before
+
+
+def test_durations_at_and_past_their_minimum() -> None:
+    check_durations(MIN_SNAPSHOT_RETENTION, MIN_ORPHAN_GRACE)
+    just_under = timedelta(minutes=59, seconds=59)
+    with pytest.raises(ValueError, match="snapshot retention must be at least 1:00:00"):
+        check_durations(just_under, MIN_ORPHAN_GRACE)
+    with pytest.raises(ValueError, match="orphan grace must be at least 1:00:00"):
+        check_durations(MIN_SNAPSHOT_RETENTION, just_under)
+
+
+def test_the_command_and_its_limits(aws: AwsEnv, lake: LakeSettings) -> None:
+    ok = run_cli(aws, "lake", "maintain", "--orphan-grace-hours", "1")
+    assert ok.exit_code == 0, ok.output
+    assert "expired 0 snapshot(s), removed 0 unreferenced file(s)" in ok.output
+    for option in ("--orphan-grace-hours", "--snapshot-retention-hours"):
+        refused = run_cli(aws, "lake", "maintain", option, "0")
+        assert refused.exit_code == 2 and option in refused.output and "x>=1" in refused.output
