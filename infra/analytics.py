@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aws_cdk import Annotations, Aws, Duration, RemovalPolicy, Size, Stack
+from aws_cdk import aws_athena as athena
 from aws_cdk import aws_emrserverless as emrs
+from aws_cdk import aws_glue as glue
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -58,6 +60,14 @@ OUTPUT_OBJECT_ACTIONS = ["s3:GetObject", "s3:PutObject"]
 # consumer group.
 JOB_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
 JOB_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"]
+# The lake table (docs/LAKE.md): its data and metadata files are written once and never
+# overwritten; a run that lost a commit race deletes its own files, and maintenance deletes
+# files no snapshot references, hence DeleteObject, on the table's prefix only.
+LAKE_OBJECT_ACTIONS = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+# pyiceberg's Glue catalog: read the database, create the table once, then commit by
+# UpdateTable (conditional on the table's version). The stack creates the database.
+LAKE_GLUE_ACTIONS = ["glue:GetDatabase", "glue:GetTable", "glue:CreateTable", "glue:UpdateTable"]
+LAKE_DATABASE, LAKE_TABLE = IC.LAKE_DATABASE, IC.LAKE_TABLE
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
 JOB_KEY_SERVICES = ["s3", "dynamodb"]
 # Sending to the KMS-encrypted dead-letter queue (SQS makes a data key with the sender's rights).
@@ -143,7 +153,10 @@ class Analytics(Construct):
             self, "DeploymentLogs", self.stack_settings.log_retention_days
         )
         self.application = self._application()
+        self.lake_database = self._lake_database()
         self.execution_role = self._execution_role()
+        self.workgroup = self._athena_workgroup()
+        self.named_queries = self._named_queries()
         self.job_scripts = self._deploy_job_scripts()
         self.deps_archive = self._deploy_deps_archive()
         self.dead_letter_queue = self._dead_letter_queue()
@@ -269,7 +282,7 @@ class Analytics(Construct):
             ),
         )
         bucket = storage.bucket
-        read_prefixes = [C.EVENTS_PREFIX, IC.COMPACTED_PREFIX, IC.ANALYTICS_PREFIX]
+        read_prefixes = [C.EVENTS_PREFIX, IC.LAKE_PREFIX, IC.ANALYTICS_PREFIX]
         statements = [
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
@@ -281,11 +294,13 @@ class Analytics(Construct):
             ),
             iam.PolicyStatement(
                 actions=OUTPUT_OBJECT_ACTIONS,
-                resources=[
-                    bucket.arn_for_objects(f"{IC.COMPACTED_PREFIX}*"),
-                    bucket.arn_for_objects(f"{IC.ANALYTICS_PREFIX}*"),
-                ],
+                resources=[bucket.arn_for_objects(f"{IC.ANALYTICS_PREFIX}*")],
             ),
+            iam.PolicyStatement(
+                actions=LAKE_OBJECT_ACTIONS,
+                resources=[bucket.arn_for_objects(f"{IC.LAKE_PREFIX}{LAKE_DATABASE}/*")],
+            ),
+            iam.PolicyStatement(actions=LAKE_GLUE_ACTIONS, resources=self.lake_glue_arns()),
             iam.PolicyStatement(
                 actions=["s3:GetObject"],
                 resources=[
@@ -313,6 +328,80 @@ class Analytics(Construct):
         # identity policy above is its grant there.
         name_in_key_policy(storage.key, role, KMS_DATA_ACTIONS, JOB_KEY_SERVICES)
         return role
+
+    def lake_glue_arns(self) -> list[str]:
+        """The Glue catalog, the lake database and its table: nothing else in Glue."""
+        prefix = f"arn:{Aws.PARTITION}:glue:{Aws.REGION}:{Aws.ACCOUNT_ID}"
+        return [
+            f"{prefix}:catalog",
+            f"{prefix}:database/{LAKE_DATABASE}",
+            f"{prefix}:table/{LAKE_DATABASE}/{LAKE_TABLE}",
+        ]
+
+    def _lake_database(self) -> glue.CfnDatabase:
+        return glue.CfnDatabase(
+            self,
+            "LakeDatabase",
+            catalog_id=Aws.ACCOUNT_ID,
+            database_input=glue.CfnDatabase.DatabaseInputProperty(
+                name=LAKE_DATABASE,
+                description="shardlog: the lake table (docs/LAKE.md), appended by compaction",
+            ),
+        )
+
+    def _athena_workgroup(self) -> athena.CfnWorkGroup:
+        """Athena engine 3 (Iceberg), results encrypted with the artifacts key, enforced."""
+        location = f"s3://{self.artifacts_bucket.bucket_name}/{IC.ATHENA_RESULTS_PREFIX}"
+        return athena.CfnWorkGroup(
+            self,
+            "AthenaWorkgroup",
+            name=IC.ATHENA_WORKGROUP,
+            description="shardlog: queries of the lake table",
+            recursive_delete_option=False,
+            work_group_configuration=athena.CfnWorkGroup.WorkGroupConfigurationProperty(
+                enforce_work_group_configuration=True,
+                publish_cloud_watch_metrics_enabled=True,
+                engine_version=athena.CfnWorkGroup.EngineVersionProperty(
+                    selected_engine_version="Athena engine version 3"
+                ),
+                result_configuration=athena.CfnWorkGroup.ResultConfigurationProperty(
+                    output_location=location,
+                    encryption_configuration=athena.CfnWorkGroup.EncryptionConfigurationProperty(
+                        encryption_option="SSE_KMS", kms_key=self.artifacts_key.key_arn
+                    ),
+                ),
+            ),
+        )
+
+    def _named_queries(self) -> list[athena.CfnNamedQuery]:
+        table = f'"{LAKE_DATABASE}"."{LAKE_TABLE}"'
+        queries = {
+            "RecordsPerKeyToday": (
+                "shardlog: records per partition key today",
+                f"SELECT partition_key, count(*) AS records FROM {table}\n"
+                "WHERE arrival_time >= date_trunc('day', current_timestamp)\n"
+                "GROUP BY partition_key ORDER BY records DESC LIMIT 20",
+            ),
+            "Watermarks": (
+                "shardlog: the watermarks each compaction committed",
+                f"SELECT committed_at, snapshot_id, summary['shardlog.watermarks'] AS watermarks\n"
+                f'FROM "{LAKE_DATABASE}"."{LAKE_TABLE}$snapshots" ORDER BY committed_at DESC',
+            ),
+        }
+        named = []
+        for construct_id, (name, sql) in queries.items():
+            query = athena.CfnNamedQuery(
+                self,
+                construct_id,
+                name=name,
+                database=LAKE_DATABASE,
+                work_group=IC.ATHENA_WORKGROUP,
+                query_string=sql,
+            )
+            query.add_dependency(self.workgroup)
+            query.add_dependency(self.lake_database)
+            named.append(query)
+        return named
 
     def _deploy_job_scripts(self) -> s3deploy.BucketDeployment | None:
         # Git keeps no empty directory, so a clone may have no spark_jobs/ at all; with no

@@ -160,6 +160,10 @@ SCHEDULE_GROUP_SUFFIX: Final = "-spark"  # the schedule group: <stack name>-spar
 # --- S3 prefixes -----------------------------------------------------------------------------
 COMPACTED_PREFIX: Final = C.COMPACTED_PREFIX
 ANALYTICS_PREFIX: Final = C.ANALYTICS_PREFIX
+LAKE_PREFIX: Final = C.LAKE_PREFIX  # the lake table's data and metadata (docs/LAKE.md)
+ATHENA_RESULTS_PREFIX: Final = "athena-results/"  # in the artifacts bucket, its KMS key
+ATHENA_WORKGROUP: Final = "shardlog"
+LAKE_DATABASE, LAKE_TABLE = C.DEFAULT_LAKE_TABLE.split(".")  # the Glue database and table
 JOB_SCRIPTS_PREFIX: Final = "spark_jobs/"
 SPARK_DEPS_PREFIX: Final = "spark_deps/"  # the archive of make spark-archive, beside the scripts
 EMR_LOGS_PREFIX: Final = "emr-logs/"

@@ -142,13 +142,15 @@ def acknowledge(stack: ShardlogStack) -> None:
     _suppress(
         analytics.execution_role,
         "AwsSolutions-IAM5",
-        "Spark jobs read every committed segment under events/ and write deterministic file "
-        "names under compacted/ and analytics/; they load scripts from spark_jobs/ and their "
+        "Spark jobs read every committed segment under events/, write deterministic file "
+        "names under analytics/ and the lake table's data and metadata files (new names per "
+        "run, deleted by a run that lost its commit race and by maintenance) under "
+        "lake/<database>/; they load scripts from spark_jobs/ and their "
         "dependency archive from spark_deps/ and write logs to emr-logs/ of the artifacts "
         "bucket. Each grant is scoped to its prefix, with named actions only.",
         _objects(storage.bucket, C.EVENTS_PREFIX),
-        _objects(storage.bucket, IC.COMPACTED_PREFIX),
         _objects(storage.bucket, IC.ANALYTICS_PREFIX),
+        _objects(storage.bucket, f"{IC.LAKE_PREFIX}{IC.LAKE_DATABASE}/"),
         _objects(analytics.artifacts_bucket, IC.JOB_SCRIPTS_PREFIX),
         _objects(analytics.artifacts_bucket, IC.SPARK_DEPS_PREFIX),
         _objects(analytics.artifacts_bucket, IC.EMR_LOGS_PREFIX),

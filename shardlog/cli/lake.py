@@ -108,7 +108,7 @@ def query(
     "--orphan-grace-hours",
     default=24,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=3),
     help="Remove unreferenced files older than this (longer than any compaction run).",
 )
 @click.option("--json", "as_json", is_flag=True)

@@ -65,7 +65,12 @@ def open_table(settings: LakeSettings, *, create: bool = False) -> Table:
 
 
 def _create(catalog: Catalog, settings: LakeSettings) -> Table:
-    catalog.create_namespace_if_not_exists(settings.database)
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    try:  # on AWS the stack creates the database: the job's role may not (CreateDatabase)
+        catalog.load_namespace_properties(settings.database)
+    except NoSuchNamespaceError:
+        catalog.create_namespace_if_not_exists(settings.database)
     return catalog.create_table_if_not_exists(
         settings.table,
         schema=SCHEMA,

@@ -23,7 +23,8 @@ from shardlog.lake.settings import LakeSettings
 if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.table import Table
 
-MIN_ORPHAN_GRACE = timedelta(hours=1)  # a compaction run lasts less (EMR timeout: 1 h)
+# Longer than a compaction run can last (its EMR Serverless timeout, shardlog.spark.jobs).
+MIN_ORPHAN_GRACE = timedelta(hours=3)
 DEFAULT_ORPHAN_GRACE = timedelta(days=1)
 MIN_SNAPSHOT_RETENTION = timedelta(hours=1)
 DEFAULT_SNAPSHOT_RETENTION = timedelta(days=7)

@@ -414,3 +414,22 @@ def test_job_code_and_stack_agree_on_artifact_locations() -> None:
     assert Path(IC.DEFAULT_SPARK_ARCHIVE).name == jobs.ARCHIVE_NAME
     makefile = (REPO_ROOT / "Makefile").read_text()
     assert f"-m shardlog.spark.archive {IC.DEFAULT_SPARK_ARCHIVE}" in makefile
+
+
+def test_the_lake_database_and_an_encrypted_enforced_athena_workgroup(
+    synth: Synthesized,
+) -> None:
+    (database,) = synth.resources("AWS::Glue::Database").values()
+    assert database["Properties"]["DatabaseInput"]["Name"] == "shardlog"
+    (workgroup,) = synth.resources("AWS::Athena::WorkGroup").values()
+    config = workgroup["Properties"]["WorkGroupConfiguration"]
+    assert config["EnforceWorkGroupConfiguration"] is True
+    assert config["EngineVersion"]["SelectedEngineVersion"] == "Athena engine version 3"
+    result = config["ResultConfiguration"]
+    assert result["EncryptionConfiguration"]["EncryptionOption"] == "SSE_KMS"
+    key = synth.logical_id(synth.stack.analytics.artifacts_key)
+    assert result["EncryptionConfiguration"]["KmsKey"] == {"Fn::GetAtt": [key, "Arn"]}
+    queries = synth.resources("AWS::Athena::NamedQuery").values()
+    assert {q["Properties"]["Database"] for q in queries} == {"shardlog"}
+    assert len(queries) == 2
+    assert all('"shardlog"."events' in q["Properties"]["QueryString"] for q in queries)

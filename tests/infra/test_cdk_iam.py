@@ -157,13 +157,15 @@ def test_spark_role_reads_the_log_and_writes_only_its_prefixes(synth: Synthesize
         return str({"Fn::Join": ["", [bucket, f"/{prefix}*"]]})
 
     assert grants[objects(C.EVENTS_PREFIX)] == {"s3:GetObject"}
-    for prefix in ("compacted/", "analytics/"):
-        assert grants[objects(prefix)] == {"s3:GetObject", "s3:PutObject"}  # PUT overwrites
+    assert grants[objects("analytics/")] == {"s3:GetObject", "s3:PutObject"}  # PUT overwrites
+    # The lake table's files: a lost race and maintenance delete, on its prefix only.
+    lake = objects("lake/shardlog/")
+    assert grants[lake] == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
     assert grants[str(bucket)] == {"s3:ListBucket"}
     writes = {"s3:PutObject", "s3:DeleteObject"}
     for resource, actions in grants.items():
         if actions & writes and str(bucket) in resource:
-            assert resource in (objects("compacted/"), objects("analytics/")), resource
+            assert resource in (objects("analytics/"), lake), resource
 
 
 def test_spark_role_trusts_only_emr_serverless_of_this_account(synth: Synthesized) -> None:
@@ -258,3 +260,14 @@ def test_each_consumer_group_gets_a_policy_for_its_own_items() -> None:
             for action in _as_list(statement["Action"]):
                 assert "*" not in action and "Delete" not in action, action
             assert not any(a.startswith("s3:Put") for a in _as_list(statement["Action"]))
+
+
+def test_spark_role_reaches_only_the_lake_database_and_table_in_glue(synth: Synthesized) -> None:
+    grants = _grants(synth, synth.stack.analytics.execution_role)
+    glue = {r: a for r, a in grants.items() if any(x.startswith("glue:") for x in a)}
+    wanted = {"glue:GetDatabase", "glue:GetTable", "glue:CreateTable", "glue:UpdateTable"}
+    assert all(actions == wanted for actions in glue.values())
+    rendered = " ".join(glue)
+    for suffix in (":catalog", ":database/shardlog", ":table/shardlog/events"):
+        assert suffix in rendered
+    assert len(glue) == 3 and "*" not in rendered

@@ -21,7 +21,7 @@ from shardlog.lake.maintenance import (
 )
 from shardlog.lake.settings import LakeSettings
 from shardlog.segments import SegmentStore
-from shardlog.spark.jobs import JobArgs
+from shardlog.spark.jobs import COMPACT, RUN_TIMEOUT_MINUTES, JobArgs
 from tests.spark.helpers import data_objects, lake_rows, log_rows
 from tests.support.aws import AwsEnv
 from tests.support.cli import run_cli
@@ -83,18 +83,22 @@ def test_young_unreferenced_files_are_kept(aws: AwsEnv, lake: LakeSettings) -> N
 
 
 def test_durations_at_and_past_their_minimum() -> None:
+    assert timedelta(minutes=RUN_TIMEOUT_MINUTES[COMPACT]) < MIN_ORPHAN_GRACE
     check_durations(MIN_SNAPSHOT_RETENTION, MIN_ORPHAN_GRACE)
-    just_under = timedelta(minutes=59, seconds=59)
+    second = timedelta(seconds=1)
     with pytest.raises(ValueError, match="snapshot retention must be at least 1:00:00"):
-        check_durations(just_under, MIN_ORPHAN_GRACE)
-    with pytest.raises(ValueError, match="orphan grace must be at least 1:00:00"):
-        check_durations(MIN_SNAPSHOT_RETENTION, just_under)
+        check_durations(MIN_SNAPSHOT_RETENTION - second, MIN_ORPHAN_GRACE)
+    with pytest.raises(ValueError, match="orphan grace must be at least 3:00:00"):
+        check_durations(MIN_SNAPSHOT_RETENTION, MIN_ORPHAN_GRACE - second)
 
 
 def test_the_command_and_its_limits(aws: AwsEnv, lake: LakeSettings) -> None:
-    ok = run_cli(aws, "lake", "maintain", "--orphan-grace-hours", "1")
+    ok = run_cli(
+        aws, "lake", "maintain", "--orphan-grace-hours", "3", "--snapshot-retention-hours", "1"
+    )
     assert ok.exit_code == 0, ok.output
     assert "expired 0 snapshot(s), removed 0 unreferenced file(s)" in ok.output
-    for option in ("--orphan-grace-hours", "--snapshot-retention-hours"):
-        refused = run_cli(aws, "lake", "maintain", option, "0")
-        assert refused.exit_code == 2 and option in refused.output and "x>=1" in refused.output
+    for option, edge in (("--orphan-grace-hours", 3), ("--snapshot-retention-hours", 1)):
+        refused = run_cli(aws, "lake", "maintain", option, str(edge - 1))
+        assert refused.exit_code == 2 and option in refused.output
+        assert f"x>={edge}" in refused.output
