@@ -46,6 +46,7 @@ def record(
         str(49 * 10**54 + seq),
         ts(arrival),
         ts(committed or arrival),
+        None,  # record_id
     )
 
 
@@ -76,25 +77,26 @@ def test_time_partitions_are_utc_date_and_hour(spark: Any, records: Any) -> None
     assertDataFrameEqual(actual, expected)
 
 
-def test_file_keys_name_partition_hour_and_seq_range(spark: Any, records: Any) -> None:
-    actual = with_file_keys(with_time_partitions(records), "compacted/").select("seq", "file_key")
-    z = "0" * 19
+def test_file_keys_name_partition_day_seq_range_and_run(spark: Any, records: Any) -> None:
+    keys = with_file_keys(with_time_partitions(records), "lake/db/t/", "r" * 16)
+    actual = keys.select("seq", "file_key")
+    z, run = "0" * 19, "r" * 16
     expected = spark.createDataFrame(
         [
-            (0, f"compacted/date=2024-03-01/hour=23/{P0}-{z}0-{z}0.parquet"),
-            (1, f"compacted/date=2024-03-02/hour=00/{P0}-{z}1-{z}2.parquet"),
-            (2, f"compacted/date=2024-03-02/hour=00/{P0}-{z}1-{z}2.parquet"),
-            (0, f"compacted/date=2024-03-01/hour=23/{P1}-{z}0-{z}0.parquet"),
+            (0, f"lake/db/t/data/arrival_day=2024-03-01/{P0}-{z}0-{z}0-{run}.parquet"),
+            (1, f"lake/db/t/data/arrival_day=2024-03-02/{P0}-{z}1-{z}2-{run}.parquet"),
+            (2, f"lake/db/t/data/arrival_day=2024-03-02/{P0}-{z}1-{z}2-{run}.parquet"),
+            (0, f"lake/db/t/data/arrival_day=2024-03-01/{P1}-{z}0-{z}0-{run}.parquet"),
         ],
         "seq long, file_key string",
     )
     assertDataFrameEqual(actual, expected)
 
 
-def test_file_keys_are_deterministic(spark: Any, records: Any) -> None:
-    first = with_file_keys(with_time_partitions(records)).select("seq", "file_key")
-    again = with_file_keys(with_time_partitions(records.orderBy("seq"))).select("seq", "file_key")
-    assertDataFrameEqual(first, again)
+def test_file_keys_depend_on_the_records_not_their_order(spark: Any, records: Any) -> None:
+    first = with_file_keys(with_time_partitions(records), "p/", "r").select("seq", "file_key")
+    again = with_file_keys(with_time_partitions(records.orderBy("seq")), "p/", "r")
+    assertDataFrameEqual(first, again.select("seq", "file_key"))
 
 
 def test_committed_rows_stop_at_the_watermark(spark: Any, records: Any) -> None:
