@@ -138,6 +138,11 @@ EMR_RELEASE_LABEL: Final = "emr-7.9.0"
 COMPACTED_PREFIX: Final = "compacted/"
 ANALYTICS_PREFIX: Final = "analytics/"
 DEFAULT_COMPACTION_MAX_RECORDS: Final = 1_000_000  # per partition per run
+# The lake table (docs/LAKE.md): an Iceberg table in the log bucket, Glue-catalogued.
+LAKE_PREFIX: Final = "lake/"  # table locations: s3://<bucket>/lake/<database>/<table>
+DEFAULT_LAKE_CATALOG: Final = "shardlog"
+DEFAULT_LAKE_TABLE: Final = "shardlog.events"  # <Glue database>.<table>
+ENV_LAKE_TABLE: Final = "SHARDLOG_LAKE_TABLE"
 
 # --- limits ------------------------------------------------------------------------
 MIB: Final = 1024 * 1024

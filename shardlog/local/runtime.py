@@ -13,6 +13,7 @@ from shardlog import constants as C
 from shardlog.aws import Clients, RequestCounter
 from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
+from shardlog.lake.settings import LakeSettings
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.http_api import LocalApiServer
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
@@ -89,6 +90,11 @@ class LocalRuntime:
             self.config = replace(
                 self.config, extra={**self.config.extra, "lambdaConsumers": state}
             )
+        # The lake table's catalog name, load_catalog properties and identifier (docs/LAKE.md).
+        lake = LakeSettings.for_deployment(
+            self.config.bucket, self.config.region, self.config.endpoint_url
+        )
+        self.config = replace(self.config, extra={**self.config.extra, "lake": lake.to_json()})
         if self.state_file is not None:
             self.config.write(self.state_file)
         return self
