@@ -88,12 +88,17 @@ def compact(spark: SparkSession, args: JobArgs, clients: Clients | None = None) 
     clients = clients or args.config().clients()
     store = WatermarkStore(clients, args.consumers_table)
     report = CompactionReport()
-    plans, finished = plan_batches(clients, args)
-    mark_finished(store, finished, report)
-    begun = begin_batches(store, plans, report)
-    files = write_batches(spark, args, begun)
-    check_files(begun, files)
-    commit_batches(store, begun, report)
+    with report.phase("plan"):
+        plans, finished = plan_batches(clients, args)
+        mark_finished(store, finished, report)
+    with report.phase("begin"):
+        begun = begin_batches(store, plans, report)
+    with report.phase("write"):  # the executors: fetch, decode, group, Parquet, PUT
+        files = write_batches(spark, args, begun)
+    with report.phase("check"):
+        check_files(begun, files)
+    with report.phase("commit"):
+        commit_batches(store, begun, report)
     return summarize(report, begun, files)
 
 

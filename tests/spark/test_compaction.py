@@ -59,6 +59,10 @@ def test_compaction_gives_exactly_the_log(spark: Any, log: AwsEnv) -> None:
         assert partition in (P0, P1) and int(first) <= int(last)
     store = WatermarkStore(log.clients, log.config.consumers_table)
     assert (store.read(P0).next_seq, store.read(P1).next_seq) == (230, 120)
+    # Where the run's time went, step by step (the executors' Spark job is "write").
+    assert list(report.phase_seconds) == ["plan", "begin", "write", "check", "commit"]
+    assert all(seconds >= 0 for seconds in report.phase_seconds.values())
+    assert report.phase_seconds["write"] > 0
 
 
 def test_one_file_per_hour_a_batch_touches(spark: Any, aws: AwsEnv, clock: Any) -> None:
