@@ -121,8 +121,10 @@ MUTATIONS = (
         "shardlog/writer.py",
         "if ours.kinesis_sequence_number != theirs.kinesis_sequence_number:",
         "if ours.kinesis_sequence_number is None:",
+        # Not the models' to catch: with head and checkpoint read as one state, every leftover
+        # a writer of the model meets holds the shard's next records; a foreign one (another
+        # stream writing the same partition ids, a hand-made object) needs an example test.
         INGEST,
-        WRITER_MODEL,
     ),
     Mutation(
         "reader-density",
