@@ -39,7 +39,7 @@ def test_files_that_hold_exactly_each_batch_pass() -> None:
         ([stats(P0, 100, 299, records=199), stats(P1, 0, 49)], "wrote 199 records"),
         (EXACT[:2], r"\[None, None\]"),  # a batch with no file at all
     ],
-    ids=["a file missing", "a file twice", "shifted by one", "a record short", "no file"],
+    ids=["file-missing", "file-twice", "shifted-by-one", "record-short", "no-file"],
 )
 def test_files_that_do_not_hold_their_batch_advance_nothing(
     files: list[dict[str, Any]], what: str
