@@ -1,12 +1,19 @@
 """Compaction benchmark: the Spark job on local[2] beside a single-process pyarrow baseline,
 over the same committed segments, in the same run, against the embedded AWS (moto over HTTP).
 
-- Spark: ``spark_jobs.compact.compact`` as EMR Serverless runs it (plan, watermark intent,
-  executors decode segments and PUT Parquet, conditional advance), on a warm session;
+- Spark: ``spark_jobs.compact.compact`` as EMR Serverless runs it (plan from the lake
+  table's watermarks, executors decode segments and PUT Parquet data files, the driver
+  commits them to the Iceberg table in one snapshot), on a warm session;
 - baseline: one Python process lists the same segments, decodes them, groups rows by
-  (partition, date, hour) with pyarrow and PUTs the same Parquet files under another prefix.
+  (partition, arrival day) with pyarrow and PUTs the same Parquet files under another prefix
+  (no table commit).
 
-Prints records/s of each and the ratio. Both read from and write to the same S3 (moto), so
+Prints records/s of each and the ratio, and where each spends its time: the job's steps
+(``CompactionReport.phase_seconds``: plan, write = the executors' Spark job, check, commit,
+mirror) and the baseline's (list, GET, decode, Arrow build, group, Parquet encode, PUT): the
+baseline is the floor with the same bound (the same S3 over HTTP), so Spark's "write" minus
+the baseline's fetch-to-PUT steps is what Spark itself adds (scheduling, Python workers,
+Arrow serialisation, the shuffle by file). Both read from and write to the same S3 (moto), so
 the figures are mostly decode + Parquet + HTTP cost on this machine, not EMR's.
 Usage: python bench/compact.py [--records N] [--segment-records N] [--json]
 """
@@ -18,7 +25,9 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import common  # first: makes the repository importable
@@ -32,10 +41,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardlog.config import ShardlogConfig
-from shardlog.format import IncomingRecord
+from shardlog.format import IncomingRecord, decode_segment
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
-from shardlog.segments import SegmentStore
+from shardlog.segments import SegmentStore, segment_key
 from shardlog.spark.io import RECORD_COLUMNS, parquet_bytes, segment_batch
 from shardlog.spark.jobs import JobArgs
 from shardlog.tables import Tables
@@ -48,6 +57,22 @@ BASELINE_PREFIX = "bench-baseline/"
 @dataclass
 class Row(common.Measurement):
     files: int
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step
+
+
+class Phases:
+    """Seconds per step of the single-process floor, summed over its loop."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
 
 
 def write_log(config: ShardlogConfig, records: int, segment_records: int) -> None:
@@ -74,34 +99,50 @@ def write_log(config: ShardlogConfig, records: int, segment_records: int) -> Non
 
 
 def bench_baseline(config: ShardlogConfig) -> Row:
-    """Single process: list, GET + decode, group by file with pyarrow, PUT Parquet."""
+    """Single process: list, GET + decode, group by file with pyarrow, PUT Parquet; the time
+    of each step kept apart (the profile the Spark job is compared with)."""
     from shardlog.spark.compaction import batch_bounds
 
     clients = config.clients()
     store = SegmentStore(clients, config.bucket)
+    phase = Phases()
     started = time.perf_counter()
     total = files = 0
     for partition in Tables(clients, config.tables).list_partitions():
-        starts = store.starts(partition.partition_id)
+        with phase("list"):
+            starts = list(store.starts(partition.partition_id))
         bounds = batch_bounds(starts, 0, partition.next_seq, partition.next_seq)
         batches = []
         for first in bounds[:-1]:
-            batches.append(segment_batch(store.fetch(partition.partition_id, first)))
-        table = pa.Table.from_batches(batches)
-        hours = pc.strftime(table.column("arrival_time"), format="date=%Y-%m-%d/hour=%H")
-        table = table.append_column("file_hour", hours)
-        for hour in pc.unique(hours).to_pylist():
-            rows = table.filter(pc.equal(table.column("file_hour"), hour))
+            with phase("fetch (GET)"):
+                key = segment_key(partition.partition_id, first)
+                body = clients.s3.get_object(Bucket=config.bucket, Key=key)["Body"].read()
+            with phase("decode"):
+                segment = decode_segment(body)
+            with phase("Arrow build"):
+                batches.append(segment_batch(segment))
+        with phase("group by file"):
+            table = pa.Table.from_batches(batches)
+            hours = pc.strftime(table.column("arrival_time"), format="arrival_day=%Y-%m-%d")
+            table = table.append_column("file_hour", hours)
+            groups = [
+                (hour, table.filter(pc.equal(table.column("file_hour"), hour)))
+                for hour in pc.unique(hours).to_pylist()
+            ]
+        for hour, rows in groups:
             seqs = rows.column("seq")
             key = (
                 f"{BASELINE_PREFIX}{hour}/{partition.partition_id}-"
                 f"{pc.min(seqs).as_py():020d}-{pc.max(seqs).as_py():020d}.parquet"
             )
-            body = parquet_bytes(rows.select(list(RECORD_COLUMNS)))
-            clients.s3.put_object(Bucket=config.bucket, Key=key, Body=body)
+            with phase("Parquet encode"):
+                body = parquet_bytes(rows.select(list(RECORD_COLUMNS)))
+            with phase("PUT"):
+                clients.s3.put_object(Bucket=config.bucket, Key=key, Body=body)
             files += 1
         total += table.num_rows
-    return Row("baseline: one process, pyarrow", total, time.perf_counter() - started, files)
+    elapsed = time.perf_counter() - started
+    return Row("baseline: one process, pyarrow", total, elapsed, files, phase.seconds)
 
 
 def spark_session() -> Any:
@@ -128,7 +169,7 @@ def bench_spark(spark: Any, config: ShardlogConfig) -> Row:
     started = time.perf_counter()
     report = compact(spark, JobArgs.from_config(config, max_records=10**9))
     return Row("spark_jobs/compact.py on local[2]", report.records,
-               time.perf_counter() - started, report.files)  # fmt: skip
+               time.perf_counter() - started, report.files, report.phase_seconds)  # fmt: skip
 
 
 def new_log(aws: EmbeddedAWS, name: str, records: int, segment_records: int) -> ShardlogConfig:
@@ -171,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": round(r.seconds, 2),
                 "recordsPerSecond": round(r.records_per_s, 1),
                 "files": r.files,
+                "phaseSeconds": {k: round(v, 3) for k, v in r.phases.items()},
             }
             for r in rows
         ],
@@ -184,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{r.name:<40} {r.records:>9} {r.seconds:>8.2f} {r.records_per_s:>11.0f} {r.files:>6}"
         )
+    for r in rows:
+        steps = ", ".join(f"{k} {v:.2f}" for k, v in r.phases.items())
+        print(f"  {r.name}: seconds by step: {steps}")
     print(f"spark / baseline: {report['sparkVsBaseline']}x records/s "
           f"(Spark session startup {startup_s:.1f}s, not counted)")  # fmt: skip
     return 0

@@ -121,8 +121,10 @@ MUTATIONS = (
         "shardlog/writer.py",
         "if ours.kinesis_sequence_number != theirs.kinesis_sequence_number:",
         "if ours.kinesis_sequence_number is None:",
+        # Not the models' to catch: with head and checkpoint read as one state, every leftover
+        # a writer of the model meets holds the shard's next records; a foreign one (another
+        # stream writing the same partition ids, a hand-made object) needs an example test.
         INGEST,
-        WRITER_MODEL,
     ),
     Mutation(
         "reader-density",
@@ -175,8 +177,16 @@ MUTATIONS = (
         INGEST,
     ),
     Mutation(
+        "lake-watermark-check",
+        "the lake append's check that a batch starts at the table's watermark",
+        "shardlog/lake/commit.py",
+        "if marks.get(p, 0) != start)",
+        "if marks.get(p, 0) < 0)",
+        SPARK,
+    ),
+    Mutation(
         "watermark-condition",
-        "the compaction watermark's conditional, counter-fenced write",
+        "the watermark mirror's conditional, counter-fenced write",
         "shardlog/spark/watermark.py",
         ").counter_fenced(mark.counter if mark.exists else None)",
         ")",
@@ -188,7 +198,7 @@ MUTATIONS = (
         "shardlog/spark/compaction.py",
         "if (count, low, high) != (plan.records, plan.start, plan.end - 1):",
         "if count < 0:",
-        SPARK,
+        ("tests/unit/test_compaction_file_check.py", *SPARK),
     ),
 )
 

@@ -95,23 +95,28 @@ def compact(
     clients = clients or args.config().clients()
     settings = args.lake()
     report = CompactionReport(run_id=run_id or uuid.uuid4().hex[:16])
-    table = open_table(settings, create=True)  # first: a bad catalog fails before any work
-    partitions = Tables(clients, args.config().tables).list_partitions()
-    marks = table_watermarks(table)
-    plans = plan_batches(clients, args, marks, partitions)
-    files = write_batches(spark, args, plans, report.run_id)
+    with report.phase("plan"):
+        table = open_table(settings, create=True)  # first: a bad catalog fails before any work
+        partitions = Tables(clients, args.config().tables).list_partitions()
+        marks = table_watermarks(table)
+        plans = plan_batches(clients, args, marks, partitions)
+    with report.phase("write"):  # the executors: fetch, decode, group, Parquet, PUT
+        files = write_batches(spark, args, plans, report.run_id)
     if plans:
-        check_files(plans, files)
-        try:
-            committed = commit_batches(table, settings, plans, files, report.run_id)
-        except LakeConflictError as exc:
-            report.conflicts.append(str(exc))
-            remove_files(clients, settings, files)
-            plans, files = [], []
-            marks = table_watermarks(table.refresh())
-        else:
-            report.snapshot_id, marks = committed.snapshot_id, dict(committed.watermarks)
-    mirror_watermarks(WatermarkStore(clients, args.consumers_table), partitions, marks, report)
+        with report.phase("check"):
+            check_files(plans, files)
+        with report.phase("commit"):
+            try:
+                committed = commit_batches(table, settings, plans, files, report.run_id)
+            except LakeConflictError as exc:
+                report.conflicts.append(str(exc))
+                remove_files(clients, settings, files)
+                plans, files = [], []
+                marks = table_watermarks(table.refresh())
+            else:
+                report.snapshot_id, marks = committed.snapshot_id, dict(committed.watermarks)
+    with report.phase("mirror"):
+        mirror_watermarks(WatermarkStore(clients, args.consumers_table), partitions, marks, report)
     return summarize(report, plans, files)
 
 

@@ -33,7 +33,9 @@ Nothing here builds a SparkSession or imports pyspark at import time: the job
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -85,9 +87,22 @@ class CompactionReport:
     snapshot_id: int | None = None
     ended: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    # Seconds per step of the run (plan, begin, write: the executors' one Spark job, check,
+    # commit): where a run's time goes, in its report and its log line.
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time one step of the run into ``phase_seconds``."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - started
+            self.phase_seconds[name] = round(self.phase_seconds.get(name, 0.0) + elapsed, 3)
 
 
 # --- 2. plan -----------------------------------------------------------------------------

@@ -84,6 +84,10 @@ def test_compaction_gives_exactly_the_log(spark: Any, log: AwsEnv) -> None:
     assert snapshot_watermarks(snapshot) == {P0: 230, P1: 120}
     store = WatermarkStore(log.clients, log.config.consumers_table)  # the status mirror
     assert (store.read(P0).next_seq, store.read(P1).next_seq) == (230, 120)
+    # Where the run's time went, step by step (the executors' Spark job is "write").
+    assert list(report.phase_seconds) == ["plan", "write", "check", "commit", "mirror"]
+    assert all(seconds >= 0 for seconds in report.phase_seconds.values())
+    assert report.phase_seconds["write"] > 0
 
 
 def test_one_file_per_arrival_day_a_batch_touches(spark: Any, aws: AwsEnv, clock: Any) -> None:

@@ -37,7 +37,7 @@ def test_every_mechanism_of_the_issue_has_a_mutation() -> None:
     assert names >= {
         "commit-head-fence", "commit-lease-fence", "redelivery-filter", "conditional-create",
         "key-exists-handling", "adoption-check", "reader-density", "renew-fence", "take-fence",
-        "parents-before-children", "watermark-condition", "compaction-file-check",
-        "ingest-error-path",
+        "parents-before-children", "watermark-condition", "lake-watermark-check",
+        "compaction-file-check", "ingest-error-path",
     }  # fmt: skip
     assert len(names) == len(MUTATIONS)
