@@ -37,6 +37,7 @@ from infra.nag import acknowledge_job_run_grant
 from infra.settings import (
     AnalyticsRateMinutes,
     CompactionRateMinutes,
+    MaintenanceRateMinutes,
     SettingsError,
     StackSettings,
     context_setting,
@@ -44,7 +45,7 @@ from infra.settings import (
 from infra.storage import Storage, failure_queue, name_in_key_policy
 from shardlog import constants as C
 from shardlog import settings as S
-from shardlog.spark.jobs import ANALYTICS, COMPACT
+from shardlog.spark.jobs import ANALYTICS, COMPACT, MAINTAIN
 
 SPARK_JOBS_DIR = REPO_ROOT / "spark_jobs"
 EMR_SERVICE_PRINCIPAL = "emr-serverless.amazonaws.com"
@@ -92,6 +93,7 @@ class AnalyticsSettings:
 
     compaction_rate_minutes: int = IC.DEFAULT_COMPACTION_RATE_MINUTES
     analytics_rate_minutes: int = IC.DEFAULT_ANALYTICS_RATE_MINUTES
+    maintenance_rate_minutes: int = IC.DEFAULT_MAINTENANCE_RATE_MINUTES
     compaction_max_records: int = C.DEFAULT_COMPACTION_MAX_RECORDS
     spark_archive: Path = REPO_ROOT / IC.DEFAULT_SPARK_ARCHIVE
 
@@ -112,6 +114,12 @@ class AnalyticsSettings:
                 IC.CTX_ANALYTICS_RATE_MINUTES,
                 AnalyticsRateMinutes,
                 IC.DEFAULT_ANALYTICS_RATE_MINUTES,
+            ),
+            maintenance_rate_minutes=context_setting(
+                node,
+                IC.CTX_MAINTENANCE_RATE_MINUTES,
+                MaintenanceRateMinutes,
+                IC.DEFAULT_MAINTENANCE_RATE_MINUTES,
             ),
             # The trigger validates it with the same schema at cold start.
             compaction_max_records=context_setting(
@@ -527,6 +535,7 @@ class Analytics(Construct):
         rates = {
             COMPACT: self.settings.compaction_rate_minutes,
             ANALYTICS: self.settings.analytics_rate_minutes,
+            MAINTAIN: self.settings.maintenance_rate_minutes,
         }
         schedules = {
             job: scheduler.CfnSchedule(

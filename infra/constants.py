@@ -144,10 +144,12 @@ EMR_MAX_DISK: Final = "320 GB"
 # The scheduled Spark runs (infra/analytics.py): one EventBridge Scheduler schedule per job.
 CTX_COMPACTION_RATE_MINUTES: Final = "shardlog:compactionRateMinutes"
 CTX_ANALYTICS_RATE_MINUTES: Final = "shardlog:analyticsRateMinutes"
+CTX_MAINTENANCE_RATE_MINUTES: Final = "shardlog:maintenanceRateMinutes"
 CTX_COMPACTION_MAX_RECORDS: Final = "shardlog:compactionMaxRecords"
 CTX_SPARK_ARCHIVE: Final = "shardlog:sparkArchive"  # path of `make spark-archive`'s output
 DEFAULT_COMPACTION_RATE_MINUTES: Final = 60
 DEFAULT_ANALYTICS_RATE_MINUTES: Final = 360
+DEFAULT_MAINTENANCE_RATE_MINUTES: Final = 1440  # the lake table's maintenance, daily
 DEFAULT_SPARK_ARCHIVE: Final = "build/spark/spark_jobs_deps.tar.gz"
 SPARK_TRIGGER_HANDLER: Final = "lambdas.spark_trigger.handler.handler"
 SPARK_TRIGGER_TIMEOUT_S: Final = 30

@@ -43,6 +43,8 @@ IteratorAgeAlarmMinutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 ReservedConcurrency = Annotated[int, Field(ge=1, le=1000)]
 CompactionRateMinutes = Annotated[int, Field(ge=5, le=1440)]
 AnalyticsRateMinutes = Annotated[int, Field(ge=5, le=10080)]
+# Maintenance removes files older than a grace of hours: more often than hourly buys nothing.
+MaintenanceRateMinutes = Annotated[int, Field(ge=60, le=10080)]
 AlarmEmail = Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$", max_length=254)]
 IAM_ARN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:"
 IAM_PATH_AND_NAME = r"/[A-Za-z0-9+=,.@_/-]+$"

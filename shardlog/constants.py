@@ -143,6 +143,13 @@ LAKE_PREFIX: Final = "lake/"  # table locations: s3://<bucket>/lake/<database>/<
 DEFAULT_LAKE_CATALOG: Final = "shardlog"
 DEFAULT_LAKE_TABLE: Final = "shardlog.events"  # <Glue database>.<table>
 ENV_LAKE_TABLE: Final = "SHARDLOG_LAKE_TABLE"
+# Maintenance (`shardlog lake maintain`, the scheduled maintain job): snapshots older than the
+# retention expire; unreferenced files go once older than the grace, which must exceed a
+# compaction run (its files precede its commit; its EMR timeout is 2 h).
+DEFAULT_LAKE_SNAPSHOT_RETENTION_HOURS: Final = 7 * 24
+MIN_LAKE_SNAPSHOT_RETENTION_HOURS: Final = 1
+DEFAULT_LAKE_ORPHAN_GRACE_HOURS: Final = 24
+MIN_LAKE_ORPHAN_GRACE_HOURS: Final = 3
 LAKE_QUERY_DEFAULT_LIMIT: Final = 1_000  # rows `shardlog lake query` prints by default
 LAKE_QUERY_MAX_LIMIT: Final = 1_000_000  # rows a lake query returns at most (held in memory)
 LAKE_QUERY_MAX_FILTER_VALUES: Final = 100  # values of --partition-key or --partition at most

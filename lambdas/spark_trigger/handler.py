@@ -26,7 +26,7 @@ from shardlog.spark.trigger import SparkTrigger
 class ScheduledJob(BaseModel):
     """The target input of a schedule (infra/analytics.py writes it)."""
 
-    job: Literal["compact", "analytics"]
+    job: Literal["compact", "analytics", "maintain"]
     scheduled_time: str = Field(alias="scheduledTime", min_length=1)
 
 

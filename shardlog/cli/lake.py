@@ -99,16 +99,16 @@ def query(
 @lake.command("maintain")
 @click.option(
     "--snapshot-retention-hours",
-    default=7 * 24,
+    default=C.DEFAULT_LAKE_SNAPSHOT_RETENTION_HOURS,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=C.MIN_LAKE_SNAPSHOT_RETENTION_HOURS),
     help="Expire snapshots older than this (never the current one).",
 )
 @click.option(
     "--orphan-grace-hours",
-    default=24,
+    default=C.DEFAULT_LAKE_ORPHAN_GRACE_HOURS,
     show_default=True,
-    type=click.IntRange(min=3),
+    type=click.IntRange(min=C.MIN_LAKE_ORPHAN_GRACE_HOURS),
     help="Remove unreferenced files older than this (longer than any compaction run).",
 )
 @click.option("--json", "as_json", is_flag=True)

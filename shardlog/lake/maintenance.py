@@ -18,16 +18,17 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from shardlog import constants as C
 from shardlog.lake.settings import LakeSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.table import Table
 
 # Longer than a compaction run can last (its EMR Serverless timeout, shardlog.spark.jobs).
-MIN_ORPHAN_GRACE = timedelta(hours=3)
-DEFAULT_ORPHAN_GRACE = timedelta(days=1)
-MIN_SNAPSHOT_RETENTION = timedelta(hours=1)
-DEFAULT_SNAPSHOT_RETENTION = timedelta(days=7)
+MIN_ORPHAN_GRACE = timedelta(hours=C.MIN_LAKE_ORPHAN_GRACE_HOURS)
+DEFAULT_ORPHAN_GRACE = timedelta(hours=C.DEFAULT_LAKE_ORPHAN_GRACE_HOURS)
+MIN_SNAPSHOT_RETENTION = timedelta(hours=C.MIN_LAKE_SNAPSHOT_RETENTION_HOURS)
+DEFAULT_SNAPSHOT_RETENTION = timedelta(hours=C.DEFAULT_LAKE_SNAPSHOT_RETENTION_HOURS)
 
 
 @dataclass

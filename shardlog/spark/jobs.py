@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shardlog import constants as C
@@ -17,14 +17,15 @@ from shardlog.lake.settings import LakeSettings
 
 COMPACT = "compact"
 ANALYTICS = "analytics"
-JOBS = (COMPACT, ANALYTICS)
+MAINTAIN = "maintain"  # the lake table's maintenance (shardlog.lake.maintenance)
+JOBS = (COMPACT, ANALYTICS, MAINTAIN)
 DEFAULT_TOP_KEYS = 20
 # EMR 7.1+ images carry Python 3.11 beside the default 3.9 (EMR release guide, application
 # versions); shardlog needs 3.10+, so both the driver and the executors use it.
 EMR_PYTHON = "/usr/bin/python3.11"
 # spark.archives unpacks the archive into each container's working directory under this name.
 DEPS_ALIAS = "shardlog_deps"
-RUN_TIMEOUT_MINUTES = {COMPACT: 120, ANALYTICS: 60}
+RUN_TIMEOUT_MINUTES = {COMPACT: 120, ANALYTICS: 60, MAINTAIN: 60}
 # Where the stack deploys spark_jobs/ and the archive in the artifacts bucket (infra/constants.py
 # JOB_SCRIPTS_PREFIX and SPARK_DEPS_PREFIX; tests/spark checks they agree).
 SCRIPTS_PREFIX = "spark_jobs/"
@@ -74,6 +75,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {minimum}")
+        return value
+
+    return parse
+
+
 @dataclass(frozen=True)
 class JobArgs:
     """What a job needs to find the log: its ``entryPointArguments``."""
@@ -86,6 +97,8 @@ class JobArgs:
     max_records: int = C.DEFAULT_COMPACTION_MAX_RECORDS
     top_keys: int = DEFAULT_TOP_KEYS
     lake_table: str = C.DEFAULT_LAKE_TABLE  # <Glue database>.<table>
+    snapshot_retention_hours: int = C.DEFAULT_LAKE_SNAPSHOT_RETENTION_HOURS
+    orphan_grace_hours: int = C.DEFAULT_LAKE_ORPHAN_GRACE_HOURS
 
     @classmethod
     def from_config(cls, config: ShardlogConfig, **overrides: int) -> JobArgs:
@@ -130,6 +143,10 @@ class JobArgs:
             str(self.top_keys),
             "--lake-table",
             self.lake_table,
+            "--snapshot-retention-hours",
+            str(self.snapshot_retention_hours),
+            "--orphan-grace-hours",
+            str(self.orphan_grace_hours),
         ]
         if self.endpoint_url:
             argv += ["--endpoint-url", self.endpoint_url]
@@ -159,6 +176,18 @@ class JobArgs:
             default=C.DEFAULT_LAKE_TABLE,
             help="The lake table, <Glue database>.<table> (docs/LAKE.md).",
         )
+        parser.add_argument(
+            "--snapshot-retention-hours",
+            type=_at_least(C.MIN_LAKE_SNAPSHOT_RETENTION_HOURS),
+            default=C.DEFAULT_LAKE_SNAPSHOT_RETENTION_HOURS,
+            help="Maintenance: expire snapshots older than this (never the current one).",
+        )
+        parser.add_argument(
+            "--orphan-grace-hours",
+            type=_at_least(C.MIN_LAKE_ORPHAN_GRACE_HOURS),
+            default=C.DEFAULT_LAKE_ORPHAN_GRACE_HOURS,
+            help="Maintenance: remove unreferenced files older than this (> a compaction run).",
+        )
         return parser
 
     @classmethod
@@ -173,4 +202,6 @@ class JobArgs:
             max_records=ns.max_records,
             top_keys=ns.top_keys,
             lake_table=ns.lake_table,
+            snapshot_retention_hours=ns.snapshot_retention_hours,
+            orphan_grace_hours=ns.orphan_grace_hours,
         )

@@ -237,6 +237,9 @@ def test_one_schedule_per_job_invokes_the_trigger_with_the_schedule_time(
     assert schedules["analytics"]["ScheduleExpression"] == (
         f"rate({IC.DEFAULT_ANALYTICS_RATE_MINUTES} minutes)"
     )
+    assert schedules["maintain"]["ScheduleExpression"] == (
+        f"rate({IC.DEFAULT_MAINTENANCE_RATE_MINUTES} minutes)"
+    )
     for job, props in schedules.items():
         target = props["Target"]
         assert target["Arn"] == function_arn
@@ -406,6 +409,18 @@ def test_schedule_rates_come_from_context() -> None:
         AnalyticsSettings.from_context(
             App(context=cdk_context(**{IC.CTX_COMPACTION_RATE_MINUTES: "1"})).node
         )
+
+
+@pytest.mark.parametrize(
+    ("minutes", "ok"), [(60, True), (59, False), (10080, True), (10081, False)]
+)
+def test_maintenance_rate_at_and_past_its_edges(minutes: int, ok: bool) -> None:
+    node = App(context=cdk_context(**{IC.CTX_MAINTENANCE_RATE_MINUTES: str(minutes)})).node
+    if ok:
+        assert AnalyticsSettings.from_context(node).maintenance_rate_minutes == minutes
+    else:
+        with pytest.raises(SettingsError, match=IC.CTX_MAINTENANCE_RATE_MINUTES):
+            AnalyticsSettings.from_context(node)
 
 
 def test_job_code_and_stack_agree_on_artifact_locations() -> None:

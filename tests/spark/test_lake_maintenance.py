@@ -102,3 +102,32 @@ def test_the_command_and_its_limits(aws: AwsEnv, lake: LakeSettings) -> None:
         refused = run_cli(aws, "lake", "maintain", option, str(edge - 1))
         assert refused.exit_code == 2 and option in refused.output
         assert f"x>={edge}" in refused.output
+
+
+def test_the_scheduled_job_maintains_with_its_arguments(aws: AwsEnv, lake: LakeSettings) -> None:
+    """spark_jobs/maintain.py, as the daily schedule starts it (its clock injected)."""
+    from spark_jobs.maintain import run_maintenance
+
+    argv = JobArgs.from_config(aws.config).to_argv()  # what the trigger passes
+    args = JobArgs.parse([*argv, "--orphan-grace-hours", "30"])  # the last one counts
+    assert (args.orphan_grace_hours, args.snapshot_retention_hours) == (30, 7 * 24)
+    soon = datetime.now(UTC) + timedelta(hours=29)  # younger than the grace: nothing goes
+    assert run_maintenance(args, soon).removed_files == []
+    later = datetime.now(UTC) + timedelta(hours=31)
+    report = run_maintenance(args, later)
+    assert [k for k in report.removed_files if "/data/" in k]  # the crashed run's file
+    assert report.expired_snapshots == []  # a week's retention: both snapshots stay
+    assert lake_rows(lake) == log_rows(aws)
+
+
+@pytest.mark.parametrize(
+    ("option", "edge"), [("--orphan-grace-hours", 3), ("--snapshot-retention-hours", 1)]
+)
+def test_the_job_refuses_durations_past_their_minimum(
+    aws: AwsEnv, option: str, edge: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = JobArgs.from_config(aws.config).to_argv()
+    assert getattr(JobArgs.parse([*base, option, str(edge)]), option[2:].replace("-", "_")) == edge
+    with pytest.raises(SystemExit):
+        JobArgs.parse([*base, option, str(edge - 1)])
+    assert f"{edge - 1} is below the minimum {edge}" in capsys.readouterr().err

@@ -132,6 +132,16 @@ def test_a_run_carries_the_job_arguments(handler_env: Any) -> None:
     wait_state(emr, settings.application_id, run_id, TERMINAL_STATES)
 
 
+def test_every_job_can_be_scheduled() -> None:
+    """The trigger's event schema names exactly the jobs the stack schedules."""
+    from typing import get_args
+
+    from lambdas.spark_trigger.handler import ScheduledJob
+    from shardlog.spark.jobs import JOBS
+
+    assert get_args(ScheduledJob.model_fields["job"].annotation) == JOBS
+
+
 def test_a_bad_event_is_rejected(handler_env: Any) -> None:
     handle, _, _ = handler_env
     with pytest.raises(Exception, match="job"):
