@@ -193,6 +193,14 @@ MUTATIONS = (
         SPARK,
     ),
     Mutation(
+        "analytics-totals-check",
+        "analytics merging only onto totals that all cover the snapshot the summary names",
+        "spark_jobs/analytics.py",
+        "!= str(snapshot_id).encode():",
+        "is None:",
+        ("tests/spark/test_analytics_incremental.py",),
+    ),
+    Mutation(
         "compaction-file-check",
         "advancing nothing unless a batch's files hold exactly its records",
         "shardlog/spark/compaction.py",

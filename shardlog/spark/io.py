@@ -23,6 +23,7 @@ import io
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -134,10 +135,10 @@ def read_parquet(body: bytes) -> pa.Table:
     return table.select(list(RECORD_COLUMNS)).cast(ARROW_RECORD_SCHEMA)
 
 
-def put_table(config: ShardlogConfig, key: str, table: pa.Table) -> int:
+def put_table(s3: Any, bucket: str, key: str, table: pa.Table) -> int:
     """Write a small table from the driver (analytics results); returns its size."""
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
     body = sink.getvalue()
-    config.clients().s3.put_object(Bucket=config.bucket, Key=key, Body=body)
+    s3.put_object(Bucket=bucket, Key=key, Body=body)
     return len(body)

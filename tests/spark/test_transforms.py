@@ -9,16 +9,17 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from shardlog.exceptions import CorruptLogError
+from shardlog.spark import aggregates as A
 from shardlog.spark.compaction import batch_bounds
 from shardlog.spark.io import RECORD_SCHEMA
 from spark_jobs.analytics import (
     committed_rows,
     delay_histogram,
-    delay_summary,
+    delay_sketch,
+    delay_totals,
     hourly_stats,
     key_stats,
     partition_stats,
-    top_keys,
     with_ingest_delay,
 )
 from spark_jobs.compact import with_file_keys, with_time_partitions
@@ -129,18 +130,6 @@ def test_hourly_and_key_stats(spark: Any, records: Any) -> None:
     )
 
 
-def test_top_keys_rank_by_records_then_key(spark: Any) -> None:
-    keys = spark.createDataFrame(
-        [("c", 5, 50), ("a", 7, 70), ("b", 5, 10), ("d", 1, 1)],
-        "partition_key string, records long, bytes long",
-    )
-    expected = spark.createDataFrame(
-        [(1, "a", 7, 70), (2, "b", 5, 10), (3, "c", 5, 50)],
-        "rank int, partition_key string, records long, bytes long",
-    )
-    assertDataFrameEqual(top_keys(keys, 3), expected, checkRowOrder=True)
-
-
 def test_ingest_delay_and_its_distribution(spark: Any) -> None:
     rows = spark.createDataFrame(
         [
@@ -165,9 +154,17 @@ def test_ingest_delay_and_its_distribution(spark: Any) -> None:
         ),
         checkRowOrder=True,
     )
-    (summary,) = delay_summary(delays).collect()
+    (totals,) = [row.asDict() for row in delay_totals(delays).collect()]
+    assert totals == {"count": 4, "sumMs": 1_202_550, "min": 50, "max": 1_200_000}
+    sketch = [row.asDict() for row in delay_sketch(delays).collect()]
+    # Spark's buckets are the pure function's (the driver merges and reads them).
+    assert sorted((r["bucket"], r["records"]) for r in sketch) == sorted(
+        (A.sketch_bucket(d), 1) for d in (50, 500, 2000, 1_200_000)
+    )
+    summary = A.delay_summary(totals, sketch)
     assert (summary["count"], summary["min"], summary["max"]) == (4, 50, 1_200_000)
-    assert (summary["p50"], summary["p99"]) == (500, 1_200_000)
+    assert summary["p50"] == pytest.approx(500, rel=A.SKETCH_ALPHA)
+    assert summary["p99"] == pytest.approx(1_200_000, rel=A.SKETCH_ALPHA)
 
 
 def test_partition_stats_expose_duplicates_and_gaps(spark: Any) -> None:

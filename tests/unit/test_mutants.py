@@ -38,6 +38,6 @@ def test_every_mechanism_of_the_issue_has_a_mutation() -> None:
         "commit-head-fence", "commit-lease-fence", "redelivery-filter", "conditional-create",
         "key-exists-handling", "adoption-check", "reader-density", "renew-fence", "take-fence",
         "parents-before-children", "watermark-condition", "lake-watermark-check",
-        "compaction-file-check", "ingest-error-path",
+        "compaction-file-check", "ingest-error-path", "analytics-totals-check",
     }  # fmt: skip
     assert len(names) == len(MUTATIONS)
