@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import common  # first: makes the repository importable
@@ -58,6 +58,7 @@ BASELINE_PREFIX = "bench-baseline/"
 class Row(common.Measurement):
     files: int
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step
+    bytes: int = 0  # of the Parquet files written
 
 
 class Phases:
@@ -75,21 +76,24 @@ class Phases:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
 
 
-def write_log(config: ShardlogConfig, records: int, segment_records: int) -> None:
-    """A committed log of ``records`` records over two partitions, spread over two hours."""
+def write_log(
+    config: ShardlogConfig, records: int, segment_records: int, first_seq: int = 0
+) -> None:
+    """``records`` more committed records over two partitions, arrived over the two hours
+    up to now (so the table's freshness after a run is a real age)."""
     writer = LogWriter(
         config.clients(),
         WriterSettings(config.bucket, config.tables, segment_max_records=segment_records),
     )
-    start_ms = 1_700_000_000_000
     per_partition = records // len(PARTITIONS)
     step_ms = max(1, 2 * 3_600_000 // per_partition)
+    start_ms = int(time.time() * 1000) - per_partition * step_ms
     for p, partition in enumerate(PARTITIONS):
         batch = [
             IncomingRecord(
                 f"key-{i % 1000}",
                 b"x" * 100,
-                str(SEQUENCE_BASE + p * records + i),
+                str(SEQUENCE_BASE + p * 10**12 + first_seq + i),
                 start_ms + i * step_ms,
             )
             for i in range(per_partition)
@@ -107,7 +111,7 @@ def bench_baseline(config: ShardlogConfig) -> Row:
     store = SegmentStore(clients, config.bucket)
     phase = Phases()
     started = time.perf_counter()
-    total = files = 0
+    total = files = size = 0
     for partition in Tables(clients, config.tables).list_partitions():
         with phase("list"):
             starts = list(store.starts(partition.partition_id))
@@ -140,9 +144,10 @@ def bench_baseline(config: ShardlogConfig) -> Row:
             with phase("PUT"):
                 clients.s3.put_object(Bucket=config.bucket, Key=key, Body=body)
             files += 1
+            size += len(body)
         total += table.num_rows
     elapsed = time.perf_counter() - started
-    return Row("baseline: one process, pyarrow", total, elapsed, files, phase.seconds)
+    return Row("baseline: one process, pyarrow", total, elapsed, files, phase.seconds, size)
 
 
 def spark_session() -> Any:
@@ -167,9 +172,60 @@ def bench_spark(spark: Any, config: ShardlogConfig) -> Row:
     from spark_jobs.compact import compact
 
     started = time.perf_counter()
-    report = compact(spark, JobArgs.from_config(config, max_records=10**9))
-    return Row("spark_jobs/compact.py on local[2]", report.records,
-               time.perf_counter() - started, report.files, report.phase_seconds)  # fmt: skip
+    report = compact(spark, replace(bench_args(config), max_records=10**9))
+    return Row("spark_jobs/compact.py on local[2] -> Iceberg", report.records,
+               time.perf_counter() - started, report.files, report.phase_seconds,
+               report.bytes)  # fmt: skip
+
+
+def bench_args(config: ShardlogConfig) -> JobArgs:
+    """The job's arguments, with a lake table of the log's own (one Glue catalog serves
+    every log of the run)."""
+    return replace(
+        JobArgs.from_config(config), lake_table=f"{config.bucket.replace('-', '_')}.events"
+    )
+
+
+def table_freshness_s(config: ShardlogConfig) -> float:
+    """Seconds from the newest arrival in the lake table to now (right after a run)."""
+    from shardlog.lake.catalog import open_table
+
+    table = open_table(bench_args(config).lake())
+    arrivals = table.scan(selected_fields=("arrival_time",)).to_arrow()["arrival_time"]
+    newest = pc.max(arrivals).as_py()
+    return time.time() - newest.timestamp()
+
+
+def bench_fresh_query(config: ShardlogConfig, extra: int, segment_records: int) -> dict[str, Any]:
+    """One partition key's rows from the table alone, then with ``--fresh`` after ``extra``
+    more records were committed to the log but not compacted: what the union read costs."""
+    from shardlog import constants as C
+    from shardlog.lake.catalog import open_table
+    from shardlog.lake.query import LakeQuery, run_query
+
+    clients = config.clients()
+    table = open_table(bench_args(config).lake())
+    query = LakeQuery(partition_keys=("key-7",), limit=C.LAKE_QUERY_MAX_LIMIT)
+    started = time.perf_counter()
+    plain = run_query(table, query)
+    plain_s = time.perf_counter() - started
+    heads = Tables(clients, config.tables).list_partitions()
+    write_log(config, extra, segment_records, first_seq=sum(p.next_seq for p in heads))
+    heads = Tables(clients, config.tables).list_partitions()
+    started = time.perf_counter()
+    fresh = run_query(
+        table, query, fresh=True, clients=clients, bucket=config.bucket, partitions=heads
+    )
+    fresh_s = time.perf_counter() - started
+    return {
+        "query": "--partition-key key-7",
+        "uncompactedRecords": extra,
+        "tableRows": plain.num_rows,
+        "freshRows": fresh.num_rows,
+        "plainSeconds": round(plain_s, 3),
+        "freshSeconds": round(fresh_s, 3),
+        "freshOverPlain": round(fresh_s / plain_s, 2),
+    }
 
 
 def new_log(aws: EmbeddedAWS, name: str, records: int, segment_records: int) -> ShardlogConfig:
@@ -189,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--segment-records", type=int, default=5_000)
+    parser.add_argument(
+        "--fresh-records", type=int, default=20_000, help="Uncompacted records for --fresh."
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -199,8 +258,11 @@ def main(argv: list[str] | None = None) -> int:
         spark = spark_session()
         startup_s = time.perf_counter() - started
         bench_spark(spark, warmup)  # JIT, Python workers: what a long-lived job has paid
-        rows = [bench_spark(spark, config), bench_baseline(config)]
+        rows = [bench_spark(spark, config)]
+        freshness_s = table_freshness_s(config)
+        rows.append(bench_baseline(config))
         spark.stop()
+        fresh = bench_fresh_query(config, args.fresh_records, args.segment_records)
     spark_row, baseline = rows
     report = {
         "records": args.records,
@@ -212,25 +274,38 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": round(r.seconds, 2),
                 "recordsPerSecond": round(r.records_per_s, 1),
                 "files": r.files,
+                "bytes": r.bytes,
                 "phaseSeconds": {k: round(v, 3) for k, v in r.phases.items()},
             }
             for r in rows
         ],
         "sparkVsBaseline": round(spark_row.records_per_s / baseline.records_per_s, 2),
+        "tableCommitSeconds": spark_row.phases.get("commit"),
+        "tableFreshnessSecondsAfterRun": round(freshness_s, 1),
+        "freshQuery": fresh,
     }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{'path':<40} {'records':>9} {'seconds':>8} {'records/s':>11} {'files':>6}")
+    print(f"{'path':<46} {'records':>9} {'seconds':>8} {'records/s':>11} {'files':>6} {'MiB':>7}")
     for r in rows:
         print(
-            f"{r.name:<40} {r.records:>9} {r.seconds:>8.2f} {r.records_per_s:>11.0f} {r.files:>6}"
+            f"{r.name:<46} {r.records:>9} {r.seconds:>8.2f} {r.records_per_s:>11.0f} "
+            f"{r.files:>6} {r.bytes / 2**20:>7.1f}"
         )
     for r in rows:
         steps = ", ".join(f"{k} {v:.2f}" for k, v in r.phases.items())
         print(f"  {r.name}: seconds by step: {steps}")
     print(f"spark / baseline: {report['sparkVsBaseline']}x records/s "
           f"(Spark session startup {startup_s:.1f}s, not counted)")  # fmt: skip
+    print(
+        f"table commit (one Iceberg snapshot): {report['tableCommitSeconds']:.2f}s; "
+        f"table freshness right after the run: {freshness_s:.1f}s since the newest arrival"
+    )
+    print(f"query {fresh['query']}: table alone {fresh['plainSeconds']:.2f}s "
+          f"({fresh['tableRows']} rows); --fresh over {fresh['uncompactedRecords']:,} "
+          f"uncompacted records {fresh['freshSeconds']:.2f}s ({fresh['freshRows']} rows): "
+          f"{fresh['freshOverPlain']}x")  # fmt: skip
     return 0
 
 
