@@ -264,6 +264,14 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         fresh = bench_fresh_query(config, args.fresh_records, args.segment_records)
     spark_row, baseline = rows
+    per_partition = args.fresh_records // len(PARTITIONS)
+    expected_fresh = len(PARTITIONS) * sum(1 for i in range(per_partition) if i % 1000 == 7)
+    if spark_row.records != args.records or baseline.records != args.records:
+        raise SystemExit(f"compacted {spark_row.records}, baseline {baseline.records}, "
+                         f"of {args.records} records")  # fmt: skip
+    if fresh["freshRows"] != fresh["tableRows"] + expected_fresh:
+        raise SystemExit(f"--fresh gave {fresh['freshRows']} rows, not "
+                         f"{fresh['tableRows']} + {expected_fresh}")  # fmt: skip
     report = {
         "records": args.records,
         "sparkSessionStartupSeconds": round(startup_s, 2),

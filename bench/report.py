@@ -1,10 +1,11 @@
 """Regenerate README.md's "Measured" figures from the benchmarks' own output.
 
-Runs bench/ingest.py, bench/latency.py and bench/cost.py (quick modes unless --full), each
-writing JSON under build/bench/, and rewrites the block between ``<!-- measured:begin -->``
-and ``<!-- measured:end -->`` in README.md: dated, with the machine (cores, RAM, Python,
-load average when it started: other work on the machine shows in the figures). Nothing
-else in README.md changes. Exits non-zero when a benchmark fails its own correctness check.
+Runs bench/ingest.py, bench/latency.py, bench/compact.py (200,000 records; 1,000,000 with
+--full) and bench/cost.py (quick modes unless --full), each writing JSON, and rewrites the
+block between ``<!-- measured:begin -->`` and ``<!-- measured:end -->`` in README.md:
+dated, with the machine (cores, RAM, Python, load average when it started: other work on
+the machine shows in the figures). Nothing else in README.md changes. Exits non-zero when
+a benchmark fails its own correctness check.
 Usage: python bench/report.py [--full] [--readme PATH] [--dry-run]
 """
 
@@ -102,6 +103,36 @@ def latency_block(runs: list[dict[str, Any]], command: str) -> list[str]:
     return lines
 
 
+def compaction_block(report: dict[str, Any], command: str) -> list[str]:
+    spark, baseline = report["paths"]
+    fresh = report["freshQuery"]
+    lines = [
+        f"Compaction (`{command}`): the Spark job on `local[2]` appending the log to the "
+        "Iceberg table, beside one Python process writing the same Parquet files with pyarrow "
+        "(no table commit), over the same segments and S3.",
+        "",
+        "| path | records | seconds | records/s | files | MiB | seconds by step |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in (spark, baseline):
+        steps = ", ".join(f"{k} {v:.2f}" for k, v in r["phaseSeconds"].items())
+        lines.append(
+            f"| {r['path']} | {r['records']:,} | {r['seconds']:.2f} | "
+            f"{r['recordsPerSecond']:,.0f} | {r['files']} | {r['bytes'] / 2**20:.1f} | {steps} |"
+        )
+    lines += [
+        "",
+        f"Spark / baseline: **{report['sparkVsBaseline']}x** records/s. The table commit "
+        f"(one snapshot): {report['tableCommitSeconds']:.2f} s. Table freshness right after "
+        f"the run: {report['tableFreshnessSecondsAfterRun']:.0f} s since the newest arrival "
+        "(on AWS add up to the schedule's interval). `shardlog lake query "
+        f"{fresh['query']}`: {fresh['plainSeconds']:.2f} s from the table alone, "
+        f"{fresh['freshSeconds']:.2f} s with `--fresh` over {fresh['uncompactedRecords']:,} "
+        f"uncompacted records ({fresh['freshOverPlain']}x).",
+    ]
+    return lines
+
+
 def cost_block(rows: list[dict[str, Any]], command: str) -> list[str]:
     from shardlog.pricing import PRICES_AS_OF, REGION
 
@@ -138,6 +169,8 @@ def block(full: bool) -> str:
     cost_out = run(
         "cost.py", *cost_args, "--json", str(OUT / "cost.json"), "--chart", str(OUT / "cost.png")
     )
+    compact_args = ["--records", "1000000"] if full else ["--records", "200000"]
+    compaction = json.loads(run("compact.py", "--json", *compact_args))
     latency = json.loads((OUT / "latency.json").read_text())
     cost = json.loads((OUT / "cost.json").read_text())
     mode = "" if full else " --quick"
@@ -151,6 +184,8 @@ def block(full: bool) -> str:
         *ingest_block(ingest),
         "",
         *latency_block(latency, f"python bench/latency.py{mode}"),
+        "",
+        *compaction_block(compaction, f"python bench/compact.py {' '.join(compact_args)}"),
         "",
         *cost_block(cost, f"python bench/cost.py{mode}"),
         "",
