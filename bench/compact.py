@@ -42,10 +42,10 @@ import pyarrow.compute as pc
 
 from shardlog.config import ShardlogConfig
 from shardlog.format import IncomingRecord, decode_segment
+from shardlog.lake.files import parquet_bytes, segment_records
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.segments import SegmentStore, segment_key
-from shardlog.spark.io import RECORD_COLUMNS, parquet_bytes, segment_batch
 from shardlog.spark.jobs import JobArgs
 from shardlog.tables import Tables
 from shardlog.writer import LogWriter, WriterSettings
@@ -124,7 +124,7 @@ def bench_baseline(config: ShardlogConfig) -> Row:
             with phase("decode"):
                 segment = decode_segment(body)
             with phase("Arrow build"):
-                batches.append(segment_batch(segment))
+                batches.append(segment_records(segment))
         with phase("group by file"):
             table = pa.Table.from_batches(batches)
             hours = pc.strftime(table.column("arrival_time"), format="arrival_day=%Y-%m-%d")
@@ -140,7 +140,7 @@ def bench_baseline(config: ShardlogConfig) -> Row:
                 f"{pc.min(seqs).as_py():020d}-{pc.max(seqs).as_py():020d}.parquet"
             )
             with phase("Parquet encode"):
-                body = parquet_bytes(rows.select(list(RECORD_COLUMNS)))
+                body = parquet_bytes(rows)
             with phase("PUT"):
                 clients.s3.put_object(Bucket=config.bucket, Key=key, Body=body)
             files += 1

@@ -138,6 +138,9 @@ EMR_RELEASE_LABEL: Final = "emr-7.9.0"
 COMPACTED_PREFIX: Final = "compacted/"
 ANALYTICS_PREFIX: Final = "analytics/"
 DEFAULT_COMPACTION_MAX_RECORDS: Final = 1_000_000  # per partition per run
+# A compaction task writes its own data files: no task smaller than this (fewer, larger files)
+# unless its partition's batch is.
+COMPACTION_MIN_CHUNK_RECORDS: Final = 250_000
 # The lake table (docs/LAKE.md): an Iceberg table in the log bucket, Glue-catalogued.
 LAKE_PREFIX: Final = "lake/"  # table locations: s3://<bucket>/lake/<database>/<table>
 DEFAULT_LAKE_CATALOG: Final = "shardlog"

@@ -8,7 +8,8 @@ sorted by seq, and is named after what it holds and the run that wrote it::
 The run id makes every name new: a file is written once and never overwritten, so a file a
 committed snapshot references can never change under it, and the files of a run that lost
 a race or crashed are told apart (and removed) without touching a committed one.
-The Spark job builds the same names with DataFrame expressions (``spark_jobs/compact.py``).
+The Spark job's executors call ``write_data_files`` themselves, a task per chunk of segments
+(``shardlog.spark.io.ChunkWriter``).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def write_data_files(
     s3: object, settings: LakeSettings, segments: Iterable[Segment], run_id: str
 ) -> list[DataFile]:
     """Write segments' records as data files, one per (partition, arrival day), with one
-    PutObject each (the driver-only path: tests and the benchmark's baseline)."""
+    PutObject each (in a compaction task, and in tests)."""
     batches = [segment_records(s) for s in segments]
     if not batches:
         return []

@@ -8,9 +8,10 @@ records below it. Per run:
    that is not shardlog's fails the run here, before anything is read or written;
 2. **plan** (driver): per partition, whole committed segments from the table's watermark
    up to ``max_records``, never past the committed head (through the ``SegmentStore``);
-3. **write** (executors): read and decode the segments, then PUT one Parquet file per
-   (partition, arrival day) of the batch, named by its seq range and this run's id
-   (``read_segments``, ``write_files``; the job adds the columns in between);
+3. **write** (executors): the batches cut into chunks of consecutive segments (``chunks``),
+   a task each: fetch and decode the segments, PUT one Parquet file per arrival day of the
+   chunk, named by its partition, seq range and this run's id (``write_chunks``); no
+   shuffle, the records never pass through the JVM;
 4. **commit** (driver): check the files hold exactly the batch (``check_files``), then
    append them and the new watermarks in one Iceberg snapshot (``shardlog.lake.commit``),
    refused if the table's watermark moved since step 2;
@@ -53,7 +54,7 @@ from shardlog.tables import PartitionInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.table import Table
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)
@@ -162,30 +163,45 @@ def plan_batches(
 
 
 # --- 3. write (executors) ----------------------------------------------------------------
-def read_segments(spark: SparkSession, args: JobArgs, plans: Sequence[BatchPlan]) -> DataFrame:
-    """The batches' records, decoded by the executors (one task per segment)."""
-    from shardlog.spark.io import RECORD_SCHEMA, SEGMENT_TASK_SCHEMA, SegmentReader
+def chunks(plans: Sequence[BatchPlan], target_records: int) -> list[tuple[str, list[int]]]:
+    """The batches cut into tasks: consecutive whole segments of one partition, about
+    ``target_records`` each (a segment is never split): ``(partition, boundaries)``."""
+    tasks: list[tuple[str, list[int]]] = []
+    for plan in plans:
+        bounds = [plan.start]
+        for segment in plan.segments:
+            bounds.append(segment.next_seq)
+            if bounds[-1] - bounds[0] >= target_records:
+                tasks.append((plan.partition_id, bounds))
+                bounds = [segment.next_seq]
+        if len(bounds) > 1:
+            tasks.append((plan.partition_id, bounds))
+    return tasks
 
-    tasks = [(s.partition_id, s.first_seq, s.next_seq) for p in plans for s in p.segments]
-    slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4))
+
+def chunk_records(plans: Sequence[BatchPlan], parallelism: int) -> int:
+    """Records per task: enough tasks for every core twice over, none below the minimum
+    (each task writes its own files: fewer, larger files beat more parallelism)."""
+    total = sum(p.records for p in plans)
+    return max(C.COMPACTION_MIN_CHUNK_RECORDS, -(-total // max(1, 2 * parallelism)))
+
+
+def write_chunks(
+    spark: SparkSession, args: JobArgs, plans: Sequence[BatchPlan], run_id: str
+) -> list[dict[str, Any]]:
+    """The executors fetch, decode and write each chunk as data files (one per arrival
+    day); the stats of every file written."""
+    from shardlog.spark.io import CHUNK_TASK_SCHEMA, FILE_STATS_SCHEMA, ChunkWriter
+
+    parallelism = spark.sparkContext.defaultParallelism
+    tasks = chunks(plans, chunk_records(plans, parallelism))
+    if not tasks:
+        return []
     task_df = spark.createDataFrame(
-        spark.sparkContext.parallelize(tasks, slices), SEGMENT_TASK_SCHEMA
+        spark.sparkContext.parallelize(tasks, len(tasks)), CHUNK_TASK_SCHEMA
     )
-    return task_df.mapInArrow(SegmentReader(args.config()), RECORD_SCHEMA)
-
-
-def write_files(files: DataFrame, args: JobArgs) -> list[dict[str, Any]]:
-    """PUT every ``file_key`` group as one Parquet object; the files' stats.
-
-    Every row of a group must already sit in one Spark partition (the job partitions by
-    the columns the file key is made of).
-    """
-    from shardlog.spark.io import FILE_STATS_SCHEMA, FileWriter
-
-    written = files.sortWithinPartitions("file_key", "seq").mapInArrow(
-        FileWriter(args.config()), FILE_STATS_SCHEMA
-    )
-    return [row.asDict() for row in written.collect()]
+    writer = ChunkWriter(args.config(), args.lake(), run_id)
+    return [row.asDict() for row in task_df.mapInArrow(writer, FILE_STATS_SCHEMA).collect()]
 
 
 # --- 4. commit ---------------------------------------------------------------------------

@@ -5,12 +5,12 @@ writers cannot touch S3 here; on EMR they could (EMRFS), but then local and EMR 
 take different code paths. Instead the data moves through ``mapInArrow`` functions that run
 in the executors and talk to S3 with boto3, exactly like the rest of shardlog:
 
-- ``SegmentReader``: a task per committed segment: fetch and decode it through the one
-  ``SegmentStore``, check it is the segment the driver planned (density), emit Arrow
-  record batches;
-- ``FileWriter``: rows arrive grouped by ``file_key`` and sorted by seq; each group becomes
-  one data file of the lake table, written with a single PutObject at a key no other run
-  uses (``shardlog.lake.files``); the driver then commits the files (``shardlog.lake.commit``);
+- ``ChunkWriter``: a task per chunk of consecutive segments of one partition: fetch and
+  decode them through the one ``SegmentStore``, check each is the segment the driver
+  planned (density), write the records as lake data files (one per arrival day, a single
+  PutObject each, at keys no other run uses: ``shardlog.lake.files``) and emit only the
+  files' stats; the driver then commits the files (``shardlog.lake.commit``). No shuffle:
+  the records never pass through the JVM;
 - ``FileReader``: a task per Parquet object: GetObject, ``pyarrow.parquet.read_table``.
 
 The functions are picklable objects holding only a ``ShardlogConfig`` (names, region,
@@ -26,13 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardlog.config import ShardlogConfig
-from shardlog.format import Segment
-from shardlog.lake.files import parquet_bytes, segment_records
+from shardlog.lake.files import write_data_files
 from shardlog.lake.schema import ARROW_SCHEMA, COLUMNS
+from shardlog.lake.settings import LakeSettings
 from shardlog.segments import SegmentStore, check_segment
 
 # One record of the log, as the jobs see it: the lake table's columns (shardlog.lake.schema).
@@ -43,7 +42,8 @@ RECORD_SCHEMA = (
     "record_id string"
 )
 ARROW_RECORD_SCHEMA = ARROW_SCHEMA
-SEGMENT_TASK_SCHEMA = "partition_id string, first_seq long, next_seq long"
+# A chunk: consecutive segments of one partition, by their boundaries [b0, b1, ..., bn].
+CHUNK_TASK_SCHEMA = "partition_id string, bounds array<long>"
 FILE_TASK_SCHEMA = "key string"
 FILE_STATS_SCHEMA = (
     "file_key string, partition_id string, records long, bytes long, first_seq long, last_seq long"
@@ -60,58 +60,44 @@ _ARROW_FILE_STATS = pa.schema(
 )
 
 
-def segment_batch(segment: Segment) -> pa.RecordBatch:
-    """The records of one segment as an Arrow batch of the table's schema."""
-    return segment_records(segment)
-
-
 @dataclass(frozen=True)
-class SegmentReader:
+class ChunkWriter:
+    """A task per chunk (consecutive committed segments of one partition): fetch and decode
+    each segment through the one ``SegmentStore``, check it is the segment the driver
+    planned (density), and write the chunk's records as data files of the lake table, one
+    per arrival day, with one PutObject each (``shardlog.lake.files.write_data_files``).
+    Emits one stats row per file; the records themselves never enter the JVM."""
+
     config: ShardlogConfig
+    lake: LakeSettings
+    run_id: str
 
     def __call__(self, tasks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        store = SegmentStore(self.config.clients(), self.config.bucket)
+        clients = self.config.clients()
+        store = SegmentStore(clients, self.config.bucket)
         for batch in tasks:
             for task in batch.to_pylist():
-                partition_id, first_seq = task["partition_id"], task["first_seq"]
-                segment = store.fetch(partition_id, first_seq)
-                check_segment(segment, partition_id, first_seq, task["next_seq"])
-                yield segment_batch(segment)
-
-
-@dataclass(frozen=True)
-class FileWriter:
-    """Writes each ``file_key`` group of a Spark partition to its own Parquet object."""
-
-    config: ShardlogConfig
-
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        received = [b for b in batches if b.num_rows]
-        if not received:
-            return
-        table = pa.Table.from_batches(received)
-        s3 = self.config.clients().s3
-        keys = table.column("file_key").to_pylist()
-        start = 0
-        stats: list[dict[str, object]] = []
-        for file_key, group in itertools.groupby(keys):
-            length = sum(1 for _ in group)
-            rows = table.slice(start, length)
-            start += length
-            body = parquet_bytes(rows.select(list(RECORD_COLUMNS)))
-            s3.put_object(Bucket=self.config.bucket, Key=file_key, Body=body)
-            seqs = rows.column("seq")
-            stats.append(
-                {
-                    "file_key": file_key,
-                    "partition_id": rows.column("partition_id")[0].as_py(),
-                    "records": length,
-                    "bytes": len(body),
-                    "first_seq": pc.min(seqs).as_py(),
-                    "last_seq": pc.max(seqs).as_py(),
-                }
-            )
-        yield pa.RecordBatch.from_pylist(stats, schema=_ARROW_FILE_STATS)
+                partition_id, bounds = task["partition_id"], task["bounds"]
+                segments = []
+                for first_seq, next_seq in itertools.pairwise(bounds):
+                    segment = store.fetch(partition_id, first_seq)
+                    check_segment(segment, partition_id, first_seq, next_seq)
+                    segments.append(segment)
+                files = write_data_files(clients.s3, self.lake, segments, self.run_id)
+                yield pa.RecordBatch.from_pylist(
+                    [
+                        {
+                            "file_key": f.key,
+                            "partition_id": f.partition_id,
+                            "records": f.records,
+                            "bytes": f.bytes,
+                            "first_seq": f.first_seq,
+                            "last_seq": f.last_seq,
+                        }
+                        for f in files
+                    ],
+                    schema=_ARROW_FILE_STATS,
+                )
 
 
 @dataclass(frozen=True)

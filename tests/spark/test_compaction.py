@@ -22,11 +22,11 @@ from shardlog.lake.commit import snapshot_watermarks, table_watermarks
 from shardlog.lake.exceptions import CatalogUnavailableError, LakeSchemaError
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.segments import segment_key
-from shardlog.spark.compaction import check_files, commit_batches, plan_batches
+from shardlog.spark.compaction import check_files, commit_batches, plan_batches, write_chunks
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.watermark import WatermarkStore
 from shardlog.tables import Tables
-from spark_jobs.compact import compact, write_batches
+from spark_jobs.compact import compact
 from tests.spark.helpers import data_objects, lake_rows, log_rows
 from tests.support.aws import AwsEnv
 from tests.support.factories import incoming_records, writer_for
@@ -113,7 +113,7 @@ def test_crash_after_the_files_before_the_commit_then_rerun_converges(
     partitions = Tables(log.clients, args.config().tables).list_partitions()
     # The run dies after its data files are in S3, before its commit.
     plans = plan_batches(log.clients, args, table_watermarks(table), partitions)
-    crashed = write_batches(spark, args, plans, "c" * 16)
+    crashed = write_chunks(spark, args, plans, "c" * 16)
     check_files(plans, crashed)
     orphans = set(data_objects(log, args.lake()))
     assert orphans and table.refresh().current_snapshot() is None
@@ -134,7 +134,7 @@ def test_crash_after_the_commit_before_the_mirror_then_rerun_appends_nothing(
     table = open_table(args.lake(), create=True)
     partitions = Tables(log.clients, args.config().tables).list_partitions()
     plans = plan_batches(log.clients, args, {}, partitions)
-    files = write_batches(spark, args, plans, "d" * 16)
+    files = write_chunks(spark, args, plans, "d" * 16)
     commit_batches(table, args.lake(), plans, files, "d" * 16)  # then the run dies
     store = WatermarkStore(log.clients, log.config.consumers_table)
     assert store.read(P0).next_seq == 0  # the mirror lags: it is never the truth

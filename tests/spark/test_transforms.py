@@ -22,7 +22,6 @@ from spark_jobs.analytics import (
     partition_stats,
     with_ingest_delay,
 )
-from spark_jobs.compact import with_file_keys, with_time_partitions
 
 P0, P1 = "shardId-000000000000", "shardId-000000000001"
 
@@ -62,42 +61,6 @@ def records(spark: Any) -> Any:
         ],
         RECORD_SCHEMA,
     )
-
-
-def test_time_partitions_are_utc_date_and_hour(spark: Any, records: Any) -> None:
-    actual = with_time_partitions(records).select("partition_id", "seq", "date", "hour")
-    expected = spark.createDataFrame(
-        [
-            (P0, 0, "2024-03-01", 23),
-            (P0, 1, "2024-03-02", 0),
-            (P0, 2, "2024-03-02", 0),
-            (P1, 0, "2024-03-01", 23),
-        ],
-        "partition_id string, seq long, date string, hour int",
-    )
-    assertDataFrameEqual(actual, expected)
-
-
-def test_file_keys_name_partition_day_seq_range_and_run(spark: Any, records: Any) -> None:
-    keys = with_file_keys(with_time_partitions(records), "lake/db/t/", "r" * 16)
-    actual = keys.select("seq", "file_key")
-    z, run = "0" * 19, "r" * 16
-    expected = spark.createDataFrame(
-        [
-            (0, f"lake/db/t/data/arrival_day=2024-03-01/{P0}-{z}0-{z}0-{run}.parquet"),
-            (1, f"lake/db/t/data/arrival_day=2024-03-02/{P0}-{z}1-{z}2-{run}.parquet"),
-            (2, f"lake/db/t/data/arrival_day=2024-03-02/{P0}-{z}1-{z}2-{run}.parquet"),
-            (0, f"lake/db/t/data/arrival_day=2024-03-01/{P1}-{z}0-{z}0-{run}.parquet"),
-        ],
-        "seq long, file_key string",
-    )
-    assertDataFrameEqual(actual, expected)
-
-
-def test_file_keys_depend_on_the_records_not_their_order(spark: Any, records: Any) -> None:
-    first = with_file_keys(with_time_partitions(records), "p/", "r").select("seq", "file_key")
-    again = with_file_keys(with_time_partitions(records.orderBy("seq")), "p/", "r")
-    assertDataFrameEqual(first, again.select("seq", "file_key"))
 
 
 def test_committed_rows_stop_at_the_watermark(spark: Any, records: Any) -> None:
