@@ -209,9 +209,14 @@ class LambdaConsumerModel(RuleBasedStateMachine):
         if self.split and ROOT not in self.ended:
             end_partition(self.aws, ROOT)
             self.ended.add(ROOT)
-        for _ in range(4):
+        for _ in range(4):  # each round wakes every partition; stop once all is delivered
             for partition in (ROOT, LEFT, RIGHT):
                 self._run(partition, 1)
+            if all(
+                set(self._deliveries(p)) >= set(range(self.committed[p]))
+                for p in (ROOT, LEFT, RIGHT)
+            ):
+                break
         for partition in (ROOT, LEFT, RIGHT):
             assert set(self._deliveries(partition)) == set(range(self.committed[partition])), (
                 partition
