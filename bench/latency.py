@@ -16,6 +16,11 @@ time. Per record it measures, from the start of the PutRecords call that put it:
 - lambda: the invocation of a Lambda consumer group's function (partitions stream ->
   waker -> SQS FIFO wake queue -> runner, as `local up --lambda-consumer` runs it).
 
+Each rate and window runs twice: the ingest alone, whose produce-to-committed is the
+headline (on AWS the ingest function has compute of its own), then with the consumers, whose
+paths are measured there; that run's committed figures are shown too, as "produce-to-committed
+(consumers running)": on this machine the consumers and the embedded AWS share two cores.
+
 Each rate runs with the ingest batching window at its default and at 0, so the window's
 share shows side by side, with the ingest requests (and invocations) per 1,000 records that
 each window costs. Shards: `local up`'s 4, or more when the rate needs them (a Kinesis
@@ -355,6 +360,22 @@ def run_once(
     return result
 
 
+CONSUMERS_RUNNING = "produce-to-committed (consumers running)"
+
+
+def with_consumer_paths(alone: RunResult, shared: RunResult) -> RunResult:
+    """One row set per rate and window: produce-to-committed from the ingest-alone run (on AWS
+    the ingest function has compute of its own), then every path of the run with consumers,
+    its committed figures included under their own name (on this machine the consumers take
+    CPU from the ingest: both figures are shown)."""
+    paths = {"produce-to-committed": alone.paths.get("produce-to-committed", {})}
+    for name, figures in shared.paths.items():
+        paths[CONSUMERS_RUNNING if name == "produce-to-committed" else name] = figures
+    alone.paths = {name: figures for name, figures in paths.items() if figures}
+    alone.errors += [f"with consumers: {e}" for e in shared.errors]
+    return alone
+
+
 def print_table(results: Sequence[RunResult]) -> None:
     print(
         f"{'rate/s':>6} {'window':>7} {'path':<38} {'p50':>6} {'p95':>6} {'p99':>6} {'max':>6}"
@@ -419,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-consumers",
         action="store_true",
-        help="ingest only: no worker, no Lambda consumer in the process (their CPU share)",
+        help="the ingest-alone runs only: no worker, no Lambda consumer",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
@@ -435,17 +456,17 @@ def main(argv: list[str] | None = None) -> int:
         for window in windows:
             print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s ...",
                   file=sys.stderr, flush=True)  # fmt: skip
-            results.append(
-                run_once(
-                    rate,
-                    window,
-                    seconds,
-                    args.record_bytes,
-                    idle_polls,
-                    not args.no_consumers,
-                    args.shards,
-                )
+            alone = run_once(
+                rate, window, seconds, args.record_bytes, idle_polls, False, args.shards
             )
+            if not args.no_consumers:
+                print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s, "
+                      "with consumers ...", file=sys.stderr, flush=True)  # fmt: skip
+                shared = run_once(
+                    rate, window, seconds, args.record_bytes, idle_polls, True, args.shards
+                )
+                alone = with_consumer_paths(alone, shared)
+            results.append(alone)
     print(
         f"latency on the local runtime: produce at a steady rate for {seconds:.0f} s; times from "
         "the PutRecords call; committed = the ingest commit returned (writer's commit time)"

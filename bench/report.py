@@ -82,7 +82,10 @@ def latency_block(runs: list[dict[str, Any]], command: str) -> list[str]:
         f"Latency (`{command}`): a steady-rate producer into the local runtime (embedded AWS, "
         "local poller, ingest handler, a Lambda consumer group: `shardlog local up`), one "
         "`shardlog consume` worker group per idle poll, each worker in its own process; ms from "
-        "the PutRecords call. Committed = the ingest commit returned (the writer's commit time).",
+        "the PutRecords call. Committed = the ingest commit returned (the writer's commit time). "
+        "Each rate and window runs twice: the ingest alone (produce-to-committed; on AWS the "
+        "ingest function has compute of its own), then with the consumers (their paths, and "
+        "produce-to-committed again while they share this machine's two cores).",
         "",
         "| rate/s | ingest window | path | p50 | p95 | p99 | max | ingest req/1k rec |",
         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
