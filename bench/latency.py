@@ -71,6 +71,9 @@ DRAIN_TIMEOUT_S = 60.0
 DEFAULT_WINDOW_MS = C.INGEST_BATCHING_WINDOW_S * 1000
 DEFAULT_IDLE_POLL_MS = ConsumerSettings().idle_poll_interval_ms
 LAMBDA_GROUP = "latency-lambda"
+COMMITTED = "produce-to-committed"
+# The same path measured in the run with consumers (they share the cores with the ingest).
+CONSUMERS_RUNNING = "produce-to-committed (consumers running)"
 
 
 def percentiles(values_ms: Sequence[float]) -> dict[str, float]:
@@ -342,7 +345,7 @@ def run_once(
             errors=errors,
         )
     paths: list[tuple[str, Arrivals]] = [
-        ("produce-to-committed", committed),
+        (CONSUMERS_RUNNING if consumers else COMMITTED, committed),
         *((f"produce-to-worker (idle poll {ms} ms)", seen) for ms, seen in worker_seen.items()),
         *([("produce-to-Lambda-consumer", lambda_seen)] if consumers else []),
     ]
@@ -354,26 +357,10 @@ def run_once(
         twice = arrivals.duplicates() + sum(
             n for ms, n in duplicates.items() if worker_seen.get(ms) is arrivals
         )
-        if name != "produce-to-committed" and twice:
+        if arrivals is not committed and twice:
             result.errors.append(f"{name}: {twice} records delivered twice")
         result.paths[name] = percentiles([1000 * (arrivals.first[k] - sent_at[k]) for k in keys])
     return result
-
-
-CONSUMERS_RUNNING = "produce-to-committed (consumers running)"
-
-
-def with_consumer_paths(alone: RunResult, shared: RunResult) -> RunResult:
-    """One row set per rate and window: produce-to-committed from the ingest-alone run (on AWS
-    the ingest function has compute of its own), then every path of the run with consumers,
-    its committed figures included under their own name (on this machine the consumers take
-    CPU from the ingest: both figures are shown)."""
-    paths = {"produce-to-committed": alone.paths.get("produce-to-committed", {})}
-    for name, figures in shared.paths.items():
-        paths[CONSUMERS_RUNNING if name == "produce-to-committed" else name] = figures
-    alone.paths = {name: figures for name, figures in paths.items() if figures}
-    alone.errors += [f"with consumers: {e}" for e in shared.errors]
-    return alone
 
 
 def print_table(results: Sequence[RunResult]) -> None:
@@ -396,15 +383,12 @@ def print_table(results: Sequence[RunResult]) -> None:
 def window_effect(results: Sequence[RunResult]) -> list[str]:
     """Default window vs 0 at each rate: latency added, requests saved."""
     lines = []
-    by_key = {(r.rate, r.window_ms): r for r in results}
+    by_key = {(r.rate, r.window_ms): r for r in results if COMMITTED in r.paths}
     for rate in sorted({r.rate for r in results}):
         default, zero = by_key.get((rate, DEFAULT_WINDOW_MS)), by_key.get((rate, 0))
         if default is None or zero is None or DEFAULT_WINDOW_MS == 0:
             continue
-        path = "produce-to-committed"
-        if path not in default.paths or path not in zero.paths:
-            continue
-        d, z = default.paths[path], zero.paths[path]
+        d, z = default.paths[COMMITTED], zero.paths[COMMITTED]
         req_d = 1000 * default.ingest_requests / max(default.produced, 1)
         req_z = 1000 * zero.ingest_requests / max(zero.produced, 1)
         lines.append(
@@ -456,17 +440,17 @@ def main(argv: list[str] | None = None) -> int:
         for window in windows:
             print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s ...",
                   file=sys.stderr, flush=True)  # fmt: skip
-            alone = run_once(
-                rate, window, seconds, args.record_bytes, idle_polls, False, args.shards
+            results.append(
+                run_once(rate, window, seconds, args.record_bytes, idle_polls, False, args.shards)
             )
             if not args.no_consumers:
                 print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s, "
                       "with consumers ...", file=sys.stderr, flush=True)  # fmt: skip
-                shared = run_once(
-                    rate, window, seconds, args.record_bytes, idle_polls, True, args.shards
+                results.append(
+                    run_once(
+                        rate, window, seconds, args.record_bytes, idle_polls, True, args.shards
+                    )
                 )
-                alone = with_consumer_paths(alone, shared)
-            results.append(alone)
     print(
         f"latency on the local runtime: produce at a steady rate for {seconds:.0f} s; times from "
         "the PutRecords call; committed = the ingest commit returned (writer's commit time)"
@@ -481,9 +465,14 @@ def main(argv: list[str] | None = None) -> int:
     for error in failed:
         print(f"CORRECTNESS CHECK FAILED: {error}")
     headline = next(
-        (r for r in results if r.rate == 1000 and r.window_ms == DEFAULT_WINDOW_MS), None
+        (
+            r
+            for r in results
+            if r.rate == 1000 and r.window_ms == DEFAULT_WINDOW_MS and COMMITTED in r.paths
+        ),
+        None,
     )
-    p99 = headline.paths.get("produce-to-committed", {}).get("p99") if headline else None
+    p99 = headline.paths[COMMITTED]["p99"] if headline else None
     print(f"p99 produce-to-committed at 1000 records/s: {p99:.0f} ms" if p99 is not None else
           "p99 produce-to-committed at 1000 records/s: n/a ms")  # fmt: skip
     return 1 if failed else 0
