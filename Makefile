@@ -45,7 +45,7 @@ bench: $(STAMP)
 # SOAK="--minutes 5" for a short run.
 .PHONY: soak
 soak: $(STAMP)
-	$(BIN)/python scripts/soak.py $(or $(SOAK),--minutes 60 --schedules 10000 --processes 2)
+	$(BIN)/python scripts/soak.py $(or $(SOAK),--minutes 60 --schedules 10000 --processes 3)
 
 # The mutation check: breaks each safety mechanism in a scratch copy and runs the tests that
 # guard it (scripts/mutants.py); every mutation must be caught.

@@ -20,7 +20,8 @@ from shardlog.local import conditional_writes, emr_serverless, kinesis_fidelity
 
 
 class EmbeddedAWS:
-    """moto's ThreadedMotoServer with shardlog's Kinesis fidelity patches applied."""
+    """moto's server app (behind keep-alive connections, ``shardlog.local.http_server``)
+    with shardlog's fidelity patches applied."""
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
         if host not in ("127.0.0.1", "localhost"):
@@ -30,15 +31,14 @@ class EmbeddedAWS:
         self._server: Any = None
 
     def start(self) -> str:
-        from moto.server import ThreadedMotoServer
+        from shardlog.local.http_server import KeepAliveMotoServer
 
         kinesis_fidelity.apply()
         conditional_writes.apply()
         emr_serverless.apply()  # job runs execute with a local spark-submit
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-        self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
-        self._server.start()
-        self.port = self._server.get_host_and_port()[1]
+        self._server = KeepAliveMotoServer(self.host, self.port)
+        self.port = self._server.start()
         return self.endpoint_url
 
     @property
