@@ -94,6 +94,7 @@ class Violation:
     blob: str  # the @reproduce_failure(...) line, when Hypothesis printed one
     seed: int
     saved: str = ""
+    min_steps: int = 0  # the schedule ran at least this many steps (replayed the same way)
 
 
 @dataclass
@@ -159,12 +160,14 @@ def _counting(machine_cls: Any, tally: Any, events: Any, name: str) -> Any:
     return Counted
 
 
-def _violation(name: str, exc: BaseException, seed: int) -> Violation:
+def _violation(name: str, exc: BaseException, seed: int, min_steps: int = 0) -> Violation:
     notes = [str(n) for n in getattr(exc, "__notes__", [])]
     printed = re.search(r"@reproduce_failure\([^)]*\)", "\n".join(notes))
     blob = printed.group(0) if printed else ""
     steps = [n for n in notes if n.startswith("state")]
-    return Violation(name, f"{type(exc).__name__}: {exc}"[:500], steps, blob, seed)
+    return Violation(
+        name, f"{type(exc).__name__}: {exc}"[:500], steps, blob, seed, min_steps=min_steps
+    )
 
 
 def _reset(endpoint_url: str) -> None:
@@ -241,7 +244,9 @@ def _soak(plan: Plan, events: Any, stop: Any) -> None:
                 # earlier one); _min_steps keeps every schedule at least min_steps long.
                 run_state_machine_as_test(counted, settings=run_settings, _min_steps=plan.min_steps)
             except Exception as exc:  # an invariant violation, shrunk by Hypothesis
-                events.put(("violation", vars(_violation(name, exc, chunk_seed)), None))
+                events.put(
+                    ("violation", vars(_violation(name, exc, chunk_seed, plan.min_steps)), None)
+                )
             events.put(("counts", name, dict(tally.counts)))
             _reset(aws.endpoint_url)
 
@@ -262,6 +267,7 @@ def save_regression(violation: Violation, machine: Machine, directory: Path = RE
         else f"    machine = seed({violation.seed})({machine.cls})\n"
     )
     steps = "\n".join(f"        {line}" for line in violation.steps) or "        (not printed)"
+    min_steps = f"\n        _min_steps={violation.min_steps}," if violation.min_steps else ""
     path.write_text(
         f'''"""Found by scripts/soak.py on {stamp} UTC (seed {violation.seed}), then shrunk:
 
@@ -286,7 +292,7 @@ def test_soak_schedule(endpoint_url: str) -> None:
         settings=settings(
             max_examples=1, deadline=None, database=None,
             suppress_health_check=list(HealthCheck),
-        ),
+        ),{min_steps}
     )
 '''
     )

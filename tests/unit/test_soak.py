@@ -31,7 +31,7 @@ class Overflow(RuleBasedStateMachine):
         assert self.total < 12, "the total passed 12"
 
 
-def _failure() -> BaseException:
+def _failure(min_steps: int = 0) -> BaseException:
     try:
         run_state_machine_as_test(
             Overflow,
@@ -41,6 +41,7 @@ def _failure() -> BaseException:
                 print_blob=True,
                 suppress_health_check=list(HealthCheck),
             ),
+            _min_steps=min_steps,
         )
     except AssertionError as exc:
         return exc
@@ -64,6 +65,21 @@ def test_a_failing_schedule_is_saved_as_a_test_that_replays_it(tmp_path: Path) -
     spec.loader.exec_module(saved)
     with pytest.raises(AssertionError, match="the total passed 12"):
         saved.test_soak_schedule("http://127.0.0.1:9")  # replays the shrunk schedule
+
+
+def test_a_schedule_found_with_a_minimum_of_steps_replays_with_it(tmp_path: Path) -> None:
+    """The soak runs every schedule at least --min-steps long; the saved test replays the
+    shrunk schedule under the same minimum."""
+    violation = _violation("toy", _failure(min_steps=4), seed=7, min_steps=4)
+    path = save_regression(violation, Machine("toy", __name__, "Overflow", ""), tmp_path)
+
+    assert "_min_steps=4," in path.read_text()
+    spec = importlib.util.spec_from_file_location("saved_min_steps", path)
+    assert spec is not None and spec.loader is not None
+    saved = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(saved)
+    with pytest.raises(AssertionError, match="the total passed 12"):
+        saved.test_soak_schedule("http://127.0.0.1:9")
 
 
 def test_every_soaked_machine_is_a_state_machine_with_a_tally() -> None:
