@@ -10,8 +10,9 @@ time. Per record it measures, from the start of the PutRecords call that put it:
   committed head, so `shardlog read` returns it). Measured from the writer's commit, not by
   polling the head, so the measurement sends no request of its own;
 - worker: delivery to a consumer group worker's processor (`shardlog.consumer.Worker`),
-  one group per idle-poll setting (the default first), all in the same run, each worker in
-  a process of its own as `shardlog consume` runs (time.monotonic is system-wide on Linux,
+  one group per busy-poll setting (``active_poll_interval_ms``: the default first, then the
+  idle poll, i.e. busy polling off, as KCL polls), all in the same run, each worker in a
+  process of its own as `shardlog consume` runs (time.monotonic is system-wide on Linux,
   so the worker's delivery times compare with the producer's);
 - lambda: the invocation of a Lambda consumer group's function (partitions stream ->
   waker -> SQS FIFO wake queue -> runner, as `local up --lambda-consumer` runs it).
@@ -70,6 +71,7 @@ TICK_S = 0.01  # the producer puts what is due every 10 ms
 DRAIN_TIMEOUT_S = 60.0
 DEFAULT_WINDOW_MS = C.INGEST_BATCHING_WINDOW_S * 1000
 DEFAULT_IDLE_POLL_MS = ConsumerSettings().idle_poll_interval_ms
+DEFAULT_BUSY_POLL_MS = ConsumerSettings().active_poll_interval_ms
 LAMBDA_GROUP = "latency-lambda"
 COMMITTED = "produce-to-committed"
 # The same path measured in the run with consumers (they share the cores with the ingest).
@@ -121,7 +123,7 @@ class Arrivals:
 def worker_process(
     config: ShardlogConfig,
     shards: int,
-    idle_poll_ms: int,
+    busy_poll_ms: int,
     ready: Any,
     stop: Any,
     seen_count: Any,
@@ -138,10 +140,10 @@ def worker_process(
         seen_count.value = len(seen.first)
 
     worker = Worker(
-        f"latency-worker-{idle_poll_ms}ms",
+        f"latency-worker-{busy_poll_ms}ms",
         processor,
         config,
-        settings=ConsumerSettings(idle_poll_interval_ms=idle_poll_ms),
+        settings=ConsumerSettings(active_poll_interval_ms=busy_poll_ms),
     )
     thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
     thread.start()
@@ -150,7 +152,13 @@ def worker_process(
             ready.set()
         stop.wait(0.05)  # bounded: the loop ends when the run stops it
     thread.join(30)
-    out.put((idle_poll_ms, seen.first, seen.duplicates()))
+    out.put((busy_poll_ms, seen.first, seen.duplicates()))
+
+
+def worker_path(busy_poll_ms: int) -> str:
+    if busy_poll_ms >= DEFAULT_IDLE_POLL_MS:
+        return f"produce-to-worker (poll {DEFAULT_IDLE_POLL_MS} ms)"
+    return f"produce-to-worker (busy poll {busy_poll_ms} ms)"
 
 
 def timed_ingest(handler: Callable[..., Any], committed: Arrivals) -> Callable[..., Any]:
@@ -262,7 +270,7 @@ def run_once(
     window_ms: int,
     seconds: float,
     record_bytes: int,
-    idle_polls_ms: Sequence[int],
+    busy_polls_ms: Sequence[int],
     consumers: bool = True,
     shards: int | None = None,
 ) -> RunResult:
@@ -288,7 +296,7 @@ def run_once(
         lambda_consumers=[lambda_group] if consumers else [],
     )
     committed = Arrivals()
-    worker_seen = {ms: Arrivals() for ms in idle_polls_ms} if consumers else {}
+    worker_seen = {ms: Arrivals() for ms in busy_polls_ms} if consumers else {}
     context = multiprocessing.get_context("spawn")
     stop, results = context.Event(), context.Queue()
     sent_at: dict[str, float] = {}
@@ -346,7 +354,7 @@ def run_once(
         )
     paths: list[tuple[str, Arrivals]] = [
         (CONSUMERS_RUNNING if consumers else COMMITTED, committed),
-        *((f"produce-to-worker (idle poll {ms} ms)", seen) for ms, seen in worker_seen.items()),
+        *((worker_path(ms), seen) for ms, seen in worker_seen.items()),
         *([("produce-to-Lambda-consumer", lambda_seen)] if consumers else []),
     ]
     for name, arrivals in paths:
@@ -411,9 +419,10 @@ def main(argv: list[str] | None = None) -> int:
         help="ingest batching windows to run at each rate",
     )
     parser.add_argument(
-        "--worker-idle-poll-ms",
-        default=f"{DEFAULT_IDLE_POLL_MS},250",
-        help="one worker group per value, side by side (the first is the default)",
+        "--worker-busy-poll-ms",
+        default=f"{DEFAULT_BUSY_POLL_MS},{DEFAULT_IDLE_POLL_MS}",
+        help="one worker group per active_poll_interval_ms, side by side (the default first; "
+        "the idle poll, 1000 ms, is busy polling off)",
     )
     parser.add_argument(
         "--shards",
@@ -431,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds or (6.0 if args.quick else 20.0)
     rates = [int(r) for r in args.rates.split(",")]
     windows = [int(w) for w in args.windows_ms.split(",")]
-    idle_polls = [int(ms) for ms in args.worker_idle_poll_ms.split(",")]
+    busy_polls = [int(ms) for ms in args.worker_busy_poll_ms.split(",")]
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("shardlog").setLevel(logging.ERROR)  # takes and wakes log at INFO
 
@@ -441,14 +450,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s ...",
                   file=sys.stderr, flush=True)  # fmt: skip
             results.append(
-                run_once(rate, window, seconds, args.record_bytes, idle_polls, False, args.shards)
+                run_once(rate, window, seconds, args.record_bytes, busy_polls, False, args.shards)
             )
             if not args.no_consumers:
                 print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s, "
                       "with consumers ...", file=sys.stderr, flush=True)  # fmt: skip
                 results.append(
                     run_once(
-                        rate, window, seconds, args.record_bytes, idle_polls, True, args.shards
+                        rate, window, seconds, args.record_bytes, busy_polls, True, args.shards
                     )
                 )
     print(

@@ -81,7 +81,9 @@ def latency_block(runs: list[dict[str, Any]], command: str) -> list[str]:
     lines = [
         f"Latency (`{command}`): a steady-rate producer into the local runtime (embedded AWS, "
         "local poller, ingest handler, a Lambda consumer group: `shardlog local up`), one "
-        "`shardlog consume` worker group per idle poll, each worker in its own process; ms from "
+        "`shardlog consume` worker group with the default busy poll (200 ms while a partition "
+        "delivered within 10 s) and one polling every 1,000 ms (busy polling off, as KCL polls), "
+        "each worker in its own process; ms from "
         "the PutRecords call. Committed = the ingest commit returned (the writer's commit time). "
         "Each rate and window runs twice: the ingest alone (produce-to-committed; on AWS the "
         "ingest function has compute of its own), then with the consumers (their paths, and "

@@ -70,6 +70,17 @@ def _ms_option(name: str, default: int, help_text: str) -> Any:
     "A caught-up partition is polled again after this long.",
 )
 @_ms_option(
+    "--active-poll-interval-ms",
+    _DEFAULTS.active_poll_interval_ms,
+    "A caught-up partition that delivered records within --active-period-ms is polled again "
+    "after this long instead (lower latency while busy; one head read per poll).",
+)
+@_ms_option(
+    "--active-period-ms",
+    _DEFAULTS.active_period_ms,
+    "How long after its last records a partition counts as busy.",
+)
+@_ms_option(
     "--failure-backoff-ms",
     _DEFAULTS.failure_backoff_ms,
     "After a processor failure, wait this long (doubling) before taking the partition again.",
@@ -139,6 +150,8 @@ def consume(
     max_leases: int,
     records_per_call: int,
     idle_poll_interval_ms: int,
+    active_poll_interval_ms: int,
+    active_period_ms: int,
     failure_backoff_ms: int,
     max_failure_backoff_ms: int,
     graceful_handoff: bool,
@@ -174,6 +187,8 @@ def consume(
             max_leases=max_leases,
             records_per_call=records_per_call,
             idle_poll_interval_ms=idle_poll_interval_ms,
+            active_poll_interval_ms=active_poll_interval_ms,
+            active_period_ms=active_period_ms,
             start_position=_start_position(start_position, at_timestamp, at_sequence),
             failure_backoff_ms=failure_backoff_ms,
             max_failure_backoff_ms=max_failure_backoff_ms,

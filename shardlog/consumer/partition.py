@@ -81,6 +81,7 @@ class PartitionConsumer:
         self.next_poll_ms = 0
         self.shutdown_requested = False
         self.delivered = 0
+        self._delivered_at_ms: int | None = None  # when records were last delivered
 
     def __repr__(self) -> str:
         return f"{self.group}/{self.partition_id}"
@@ -144,8 +145,10 @@ class PartitionConsumer:
         if not records:
             if self.cursor.ended and self.cursor.caught_up:
                 self.state = State.SHARD_ENDING
-            else:
-                self._idle()
+            else:  # caught up: poll again sooner while the partition is busy
+                now = self.clock.now_ms()
+                since = None if self._delivered_at_ms is None else now - self._delivered_at_ms
+                self.next_poll_ms = now + self.settings.poll_interval_ms(since)
             return 0
         self.checkpointer.largest_delivered = records[-1].seq
         self.checkpointer.millis_behind_latest = (
@@ -154,6 +157,7 @@ class PartitionConsumer:
         self._batch_start = records[0].seq
         self.processor.process_records(records, self.checkpointer)
         self.delivered += len(records)
+        self._delivered_at_ms = self.clock.now_ms()
         return len(records)
 
     def _shard_end(self) -> StepResult:

@@ -8,6 +8,7 @@ from shardlog.consumer.positions import StartPosition
 from shardlog.exceptions import ValidationError
 
 RESERVED_GROUP_PREFIX = "$"
+_MAY_BE_ZERO = {"idle_poll_interval_ms", "active_poll_interval_ms", "active_period_ms"}
 MAX_GROUP_CHARS = 256
 
 
@@ -25,6 +26,12 @@ class ConsumerSettings:
     records_per_call: int = 10_000
     # A caught-up partition is polled again after this long (KCL's idleTimeBetweenReadsInMillis).
     idle_poll_interval_ms: int = 1_000
+    # A caught-up partition that delivered records within the last active_period_ms is polled
+    # again after this shorter interval instead (never longer than idle_poll_interval_ms):
+    # records committed to a busy partition wait at most this long for the worker, while a
+    # quiet partition costs one head read per idle_poll_interval_ms. No KCL equivalent.
+    active_poll_interval_ms: int = 200
+    active_period_ms: int = 10_000
     # Where a partition with no checkpoint starts, when the group is created.
     start_position: StartPosition = field(default_factory=StartPosition.trim_horizon)
     # After a processor failure (a child process that crashed or hung), the worker waits this
@@ -44,7 +51,7 @@ class ConsumerSettings:
         for spec in fields(self):
             value = getattr(self, spec.name)
             if isinstance(value, int) and not isinstance(value, bool):
-                minimum = 0 if spec.name == "idle_poll_interval_ms" else 1
+                minimum = 0 if spec.name in _MAY_BE_ZERO else 1
                 if value < minimum:
                     raise ValidationError(spec.name, f"must be >= {minimum}", limit=minimum)
         if self.renew_interval_ms >= self.lease_duration_ms:
@@ -74,6 +81,13 @@ class ConsumerSettings:
                 f"must be >= failure_backoff_ms ({self.failure_backoff_ms})",
                 limit=self.failure_backoff_ms,
             )
+
+    def poll_interval_ms(self, since_delivery_ms: int | None) -> int:
+        """How long a caught-up partition waits before its next head read, given how long
+        ago it last delivered records (None: never)."""
+        if since_delivery_ms is not None and since_delivery_ms < self.active_period_ms:
+            return min(self.active_poll_interval_ms, self.idle_poll_interval_ms)
+        return self.idle_poll_interval_ms
 
     @property
     def effective_handoff_timeout_ms(self) -> int:

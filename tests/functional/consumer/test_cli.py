@@ -22,7 +22,8 @@ def test_consume_help_names_settings_with_units() -> None:
     result = run_cli(None, "consume", "--help")
     assert result.exit_code == 0
     for option in ("--lease-duration-ms", "--renew-interval-ms", "--records-per-call",
-                   "--idle-poll-interval-ms", "--max-leases", "--start-position",
+                   "--idle-poll-interval-ms", "--active-poll-interval-ms",
+                   "--active-period-ms", "--max-leases", "--start-position",
                    "--no-graceful-handoff", "--handoff-timeout-ms"):  # fmt: skip
         assert option in result.output
 
@@ -33,6 +34,10 @@ def test_consume_help_names_settings_with_units() -> None:
         (["consume", "--group", "g"], "give --processor module:attr, or a command after --"),
         (["consume", "--group", "g", "--processor", "m:f", "--", "cat"], "give --processor"),
         (["consume", "--group", "$ingest", "--", "cat"], "group: names starting with '$'"),
+        (
+            ["consume", "--group", "g", "--active-poll-interval-ms", "-1", "--", "cat"],
+            "-1 is not in the range x>=0",
+        ),
         (
             ["consume", "--group", "g", "--renew-interval-ms", "20000", "--", "cat"],
             "renew_interval_ms: must be shorter than lease_duration_ms",

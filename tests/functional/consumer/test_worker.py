@@ -404,3 +404,53 @@ def test_a_missing_segment_below_the_head_is_a_loud_error_never_a_skip(
     assert "reading readers/p0 at seq 3 failed" in caplog.text
     assert "a committed segment is missing" in caplog.text
     worker.close()
+
+
+def _delivery_delay_ms(
+    aws: AwsEnv, worker: Worker, journal: Journal, clock: ManualClock, partition_id: str
+) -> int:
+    """Append one record, then cycle the worker 10 ms apart until it is delivered."""
+    delivered = len(journal.deliveries)
+    append(aws, partition_id, incoming_records(1))
+    appended = clock.now_ms()
+    for _ in range(300):
+        worker.run_once()
+        if len(journal.deliveries) > delivered:
+            return clock.now_ms() - appended
+        clock.advance(10)
+    raise AssertionError("not delivered within 3 s")
+
+
+def test_a_busy_partition_is_polled_sooner_than_a_quiet_one(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    """Records committed to a partition that delivered within active_period_ms reach the
+    worker within active_poll_interval_ms; a quiet partition costs one head read per
+    idle_poll_interval_ms."""
+    settings = dataclasses.replace(
+        FAST,
+        idle_poll_interval_ms=1_000,
+        active_poll_interval_ms=200,
+        active_period_ms=5_000,
+        take_interval_ms=60_000,
+        renew_interval_ms=30_000,
+        lease_duration_ms=60_000,
+    )
+    fill(aws, 1, records=3)
+    journal = Journal()
+    worker = recording_worker(aws, journal, "w", clock, settings=settings)
+    run_until_idle([worker], clock)
+    assert journal.seqs("p0") == [0, 1, 2]
+
+    busy = [_delivery_delay_ms(aws, worker, journal, clock, "p0") for _ in range(3)]
+    assert busy and max(busy) <= 200, busy
+
+    clock.advance(settings.active_period_ms)  # nothing delivered for a whole period: quiet
+    worker.run_once()
+    aws.requests.reset()  # the worker's clients are the fixture's, counted
+    for _ in range(200):  # 2 s of cycles, 10 ms apart, nothing new to read
+        clock.advance(10)
+        worker.run_once()
+    head_reads = aws.requests.snapshot()["dynamodb.GetItem"]
+    assert head_reads == 2, aws.requests.snapshot()
+    worker.shutdown()
