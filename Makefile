@@ -32,6 +32,7 @@ test: lint cdk-cli kclpy
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)
+	$(BIN)/python bench/speed.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/consume.py

@@ -1,6 +1,7 @@
 """Regenerate README.md's "Measured" figures from the benchmarks' own output.
 
-Runs bench/ingest.py, bench/latency.py, bench/compact.py (200,000 records; 1,000,000 with
+Runs bench/speed.py (this machine's speed, printed beside the date), bench/ingest.py,
+bench/latency.py, bench/compact.py (200,000 records; 1,000,000 with
 --full) and bench/cost.py (quick modes unless --full), each writing JSON, and rewrites the
 block between ``<!-- measured:begin -->`` and ``<!-- measured:end -->`` in README.md:
 dated, with the machine (cores, RAM, Python, load average when it started: other work on
@@ -166,6 +167,9 @@ def block(full: bool) -> str:
     OUT.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.UTC)
     host = machine()
+    speed = json.loads(run("speed.py", "--json"))["getItemCpuMs"]
+    host += f"; a DynamoDB GetItem to the embedded AWS cost {speed:.2f} ms of CPU"
+    host += " (`bench/speed.py`: compare machines by it)"
     ingest_args = [] if full else ["--records", "20000"]
     ingest = json.loads(run("ingest.py", "--json", *ingest_args))
     latency_args = [] if full else ["--quick"]

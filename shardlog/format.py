@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from shardlog import constants as C
 from shardlog.exceptions import SegmentFormatError
+from shardlog.idempotence import MAGIC as ENVELOPE_MAGIC
 from shardlog.idempotence import open_envelope
 
 MAGIC = b"SHLG"
@@ -50,6 +51,8 @@ class IncomingRecord:
     ) -> IncomingRecord:
         """A Kinesis record, its idempotence envelope (if any) opened: the log keeps the
         payload as the data, and the record id (shardlog/idempotence.py)."""
+        if not data.startswith(ENVELOPE_MAGIC):  # most records: no envelope to open
+            return cls(partition_key, bytes(data), kinesis_sequence_number, arrival_ms)
         envelope = open_envelope(data)
         return cls(
             partition_key,

@@ -9,6 +9,7 @@ because a batch is committed all or nothing.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -32,20 +33,25 @@ from shardlog.writer import LogWriter
 
 
 def to_incoming(event: KinesisStreamEvent) -> tuple[str, list[IncomingRecord]]:
-    """The shard id and the records of one Kinesis event, in order."""
-    records = list(event.records)
+    """The shard id and the records of one Kinesis event, in order.
+
+    Reads the event's own dicts (the shape Powertools' KinesisStreamRecordPayload reads):
+    a wrapper object per field access cost a quarter of the handler's time per batch."""
+    records = event.raw_event.get("Records") or []
     if not records:
         return "", []
-    shard_id = records[0].event_id.split(":", 1)[0]
-    incoming = [
-        IncomingRecord.from_kinesis(
-            r.kinesis.partition_key,
-            r.kinesis.data_as_bytes(),
-            r.kinesis.sequence_number,
-            round(r.kinesis.approximate_arrival_timestamp * 1000),
+    shard_id = records[0]["eventID"].split(":", 1)[0]
+    incoming = []
+    for record in records:
+        payload = record["kinesis"]
+        incoming.append(
+            IncomingRecord.from_kinesis(
+                payload["partitionKey"],
+                base64.b64decode(payload["data"]),
+                payload["sequenceNumber"],
+                round(payload["approximateArrivalTimestamp"] * 1000),
+            )
         )
-        for r in records
-    ]
     return shard_id, incoming
 
 
