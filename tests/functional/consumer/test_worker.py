@@ -14,6 +14,7 @@ from shardlog.consumer import (
     Checkpointer,
     CheckpointLeaseLostError,
     CheckpointRangeError,
+    ConsumerSettings,
     RecordProcessor,
     Worker,
     group_progress,
@@ -454,3 +455,19 @@ def test_a_busy_partition_is_polled_sooner_than_a_quiet_one(
     head_reads = aws.requests.snapshot()["dynamodb.GetItem"]
     assert head_reads == 2, aws.requests.snapshot()
     worker.shutdown()
+
+
+@pytest.mark.parametrize("name", ["active_poll_interval_ms", "active_period_ms"])
+def test_busy_poll_settings_accept_zero_and_refuse_negatives(name: str) -> None:
+    assert getattr(ConsumerSettings(**{name: 0}), name) == 0  # 0: poll at once / never busy
+    with pytest.raises(ValidationError) as caught:
+        ConsumerSettings(**{name: -1})
+    assert caught.value.field == name and caught.value.limit == 0
+
+
+def test_a_busy_poll_never_outlasts_the_idle_poll() -> None:
+    settings = ConsumerSettings(idle_poll_interval_ms=100, active_poll_interval_ms=200)
+    assert settings.poll_interval_ms(since_delivery_ms=0) == 100
+    assert settings.poll_interval_ms(since_delivery_ms=None) == 100
+    never_busy = ConsumerSettings(active_period_ms=0)
+    assert never_busy.poll_interval_ms(since_delivery_ms=0) == never_busy.idle_poll_interval_ms
