@@ -7,6 +7,8 @@ concurrent conditional writes can both succeed (seen: two lease acquisitions
 winning at once). shardlog's safety rests on exactly that atomicity, so
 ``apply()`` serializes each DynamoDB request and each S3 PutObject in the
 in-process server. Throughput is bounded by one Python process anyway.
+DynamoDB Streams requests take the same lock, so a stream reader never sees a
+transaction half done (``transactions`` undoes a cancelled one in place).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from moto.dynamodb.responses import DynamoHandler
+from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 from moto.s3.responses import S3Response
 
 _dynamodb_lock = threading.Lock()
@@ -41,5 +44,8 @@ def apply() -> None:
         if _applied:
             return
         DynamoHandler.call_action = _serialized(DynamoHandler.call_action, _dynamodb_lock)  # type: ignore[method-assign]
+        DynamoDBStreamsHandler.call_action = _serialized(  # type: ignore[method-assign]
+            DynamoDBStreamsHandler.call_action, _dynamodb_lock
+        )
         S3Response.put_object = _serialized(S3Response.put_object, _s3_put_lock)  # type: ignore[method-assign]
         _applied = True
