@@ -10,21 +10,19 @@ time. Per record it measures, from the start of the PutRecords call that put it:
   committed head, so `shardlog read` returns it). Measured from the writer's commit, not by
   polling the head, so the measurement sends no request of its own;
 - worker: delivery to a consumer group worker's processor (`shardlog.consumer.Worker`),
-  one group per busy-poll setting (``active_poll_interval_ms``: the default first, then the
-  idle poll, i.e. busy polling off, as KCL polls), all in the same run, each worker in a
-  process of its own as `shardlog consume` runs (time.monotonic is system-wide on Linux,
-  so the worker's delivery times compare with the producer's);
+  with the default busy poll (``active_poll_interval_ms``) and with busy polling off (the
+  idle poll, as KCL polls), in a process of its own as `shardlog consume` runs
+  (time.monotonic is system-wide on Linux, so the worker's delivery times compare with the
+  producer's);
 - lambda: the invocation of a Lambda consumer group's function (partitions stream ->
   waker -> SQS FIFO wake queue -> runner, as `local up --lambda-consumer` runs it).
 
-Each rate and window runs twice: the ingest alone, whose produce-to-committed is the
-headline (on AWS the ingest function has compute of its own), then with the consumers, whose
-paths are measured there; that run's committed figures are shown too, as "produce-to-committed
-(consumers running)": on this machine the consumers and the embedded AWS share two cores.
-
-Each rate runs with the ingest batching window at its default and at 0, so the window's
-share shows side by side, with the ingest requests (and invocations) per 1,000 records that
-each window costs. Shards: `local up`'s 4, or more when the rate needs them (a Kinesis
+Each rate runs with the ingest batching window at its default and at 0, the ingest alone:
+produce-to-committed, with the ingest requests (and invocations) per 1,000 records that each
+window costs, so the window's share shows side by side. Then, at the default window, once
+per consumer, that consumer alone beside the ingest: on AWS each has compute of its own,
+and here they would otherwise share two cores with each other as well as with the ingest
+and the embedded AWS. Shards: `local up`'s 4, or more when the rate needs them (a Kinesis
 shard takes at most 1,000 records/s).
 
 Exits non-zero unless every produced record was committed exactly once and delivered to
@@ -36,6 +34,7 @@ python bench/latency.py [--quick] [--rates 100,1000,5000] [--seconds S] [--json 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -74,8 +73,7 @@ DEFAULT_IDLE_POLL_MS = ConsumerSettings().idle_poll_interval_ms
 DEFAULT_BUSY_POLL_MS = ConsumerSettings().active_poll_interval_ms
 LAMBDA_GROUP = "latency-lambda"
 COMMITTED = "produce-to-committed"
-# The same path measured in the run with consumers (they share the cores with the ingest).
-CONSUMERS_RUNNING = "produce-to-committed (consumers running)"
+LAMBDA_CONSUMER = "produce-to-Lambda-consumer"
 
 
 def percentiles(values_ms: Sequence[float]) -> dict[str, float]:
@@ -184,6 +182,7 @@ class RunResult:
     max_producer_lag_ms: float
     invocations: int
     ingest_requests: int
+    consumer: str = ""  # the consumer beside the ingest, or "" for the ingest alone
     paths: dict[str, dict[str, float]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -196,6 +195,7 @@ class RunResult:
             "produced": self.produced,
             "achievedRate": round(self.achieved_rate, 1),
             "maxProducerLagMs": round(self.max_producer_lag_ms, 1),
+            "consumer": self.consumer,
             "ingestInvocations": self.invocations,
             "recordsPerInvocation": round(self.produced / max(self.invocations, 1), 1),
             "ingestRequestsPer1000Records": round(
@@ -265,17 +265,36 @@ def check_log(runtime: LocalRuntime, keys: Sequence[str]) -> list[str]:
     return errors
 
 
+@dataclass(frozen=True)
+class Consumer:
+    """One consumer measured beside the ingest: a worker (with its busy poll) or a Lambda
+    consumer group."""
+
+    kind: str  # "worker" or "lambda"
+    busy_poll_ms: int = 0
+
+    @property
+    def path(self) -> str:
+        return worker_path(self.busy_poll_ms) if self.kind == "worker" else LAMBDA_CONSUMER
+
+    @property
+    def label(self) -> str:
+        return self.path.removeprefix("produce-to-")
+
+
 def run_once(
     rate: int,
     window_ms: int,
     seconds: float,
     record_bytes: int,
-    busy_polls_ms: Sequence[int],
-    consumers: bool = True,
+    consumer: Consumer | None = None,
     shards: int | None = None,
 ) -> RunResult:
+    """The ingest alone (``consumer`` None: produce-to-committed), or the ingest and one
+    consumer (that consumer's path)."""
     shards = shards or max(LOCAL_UP_SHARDS, -(-rate // KINESIS_SHARD_RECORDS_PER_S))
     lambda_seen = Arrivals()
+    with_lambda = consumer is not None and consumer.kind == "lambda"
     lambda_group = LocalGroup(
         LambdaConsumerSettings(group=LAMBDA_GROUP, function_name="bench:note"),
         lambda_seen.function,
@@ -293,52 +312,48 @@ def run_once(
         shard_count=shards,
         api_port=None,
         event_source=EventSourceSettings(batching_window_ms=window_ms),
-        lambda_consumers=[lambda_group] if consumers else [],
+        lambda_consumers=[lambda_group] if with_lambda else [],
     )
     committed = Arrivals()
-    worker_seen = {ms: Arrivals() for ms in busy_polls_ms} if consumers else {}
+    worker_seen = Arrivals()
+    worker_duplicates = 0
     context = multiprocessing.get_context("spawn")
     stop, results = context.Event(), context.Queue()
     sent_at: dict[str, float] = {}
     with runtime:
         runtime.poller.handler = timed_ingest(runtime.poller.handler, committed)
         runtime.run_in_background()
-        workers = []
-        for ms in worker_seen:
+        worker = None
+        if consumer is not None and consumer.kind == "worker":
             ready, count = context.Event(), context.Value("i", 0)
             process = context.Process(
                 target=worker_process,
-                args=(runtime.config, shards, ms, ready, stop, count, results),
+                args=(runtime.config, shards, consumer.busy_poll_ms, ready, stop, count, results),
                 daemon=True,
             )
             process.start()
-            workers.append((process, ready, count))
-        # Start producing once every worker holds every partition (a steady state).
-        if not wait_for(lambda: all(ready.is_set() for _, ready, _ in workers), 60):
-            stop.set()
-            raise SystemExit("workers did not take every partition within 60 s")
+            worker = (process, ready, count)
+            # Start producing once the worker holds every partition (a steady state).
+            if not wait_for(ready.is_set, 60):
+                stop.set()
+                raise SystemExit("the worker did not take every partition within 60 s")
         producer = Producer(runtime.config.stream_name, runtime.config.clients())
         started = time.monotonic()
         keys, lag_ms = produce_steadily(producer, rate, seconds, record_bytes, sent_at)
         elapsed = time.monotonic() - started
-        in_process = [committed, *([lambda_seen] if consumers else [])]
+        in_process = [committed, *([lambda_seen] if with_lambda else [])]
         wait_for(
             lambda: (
                 all(a.has_all(keys) for a in in_process)
-                and all(count.value >= len(keys) for _, _, count in workers)
+                and (worker is None or worker[2].value >= len(keys))
             ),
             DRAIN_TIMEOUT_S,
         )
         stop.set()
-        duplicates: dict[int, int] = {}
-        for _ in workers:
-            try:
-                ms, first, twice = results.get(timeout=60)
-            except queue.Empty:
-                break
-            worker_seen[ms].first, duplicates[ms] = first, twice
-        for process, _, _ in workers:
-            process.join(30)
+        if worker is not None:
+            with contextlib.suppress(queue.Empty):  # then the worker's path reports it missing
+                _, worker_seen.first, worker_duplicates = results.get(timeout=60)
+            worker[0].join(30)
         errors = check_log(runtime, keys)
         result = RunResult(
             rate=rate,
@@ -350,22 +365,20 @@ def run_once(
             max_producer_lag_ms=lag_ms,
             invocations=runtime.poller.stats.invocations,
             ingest_requests=runtime.ingest_requests.total,
+            consumer=consumer.label if consumer is not None else "",
             errors=errors,
         )
-    paths: list[tuple[str, Arrivals]] = [
-        (CONSUMERS_RUNNING if consumers else COMMITTED, committed),
-        *((worker_path(ms), seen) for ms, seen in worker_seen.items()),
-        *([("produce-to-Lambda-consumer", lambda_seen)] if consumers else []),
-    ]
-    for name, arrivals in paths:
-        missing = [k for k in keys if k not in arrivals.first]
-        if missing:
-            result.errors.append(f"{name}: {len(missing)} records never arrived")
-            continue
-        twice = arrivals.duplicates() + sum(
-            n for ms, n in duplicates.items() if worker_seen.get(ms) is arrivals
-        )
-        if arrivals is not committed and twice:
+    if consumer is None:
+        name, arrivals, twice = COMMITTED, committed, 0
+    elif with_lambda:
+        name, arrivals, twice = consumer.path, lambda_seen, lambda_seen.duplicates()
+    else:
+        name, arrivals, twice = consumer.path, worker_seen, worker_duplicates
+    missing = [k for k in keys if k not in arrivals.first]
+    if missing:
+        result.errors.append(f"{name}: {len(missing)} records never arrived")
+    else:
+        if twice:
             result.errors.append(f"{name}: {twice} records delivered twice")
         result.paths[name] = percentiles([1000 * (arrivals.first[k] - sent_at[k]) for k in keys])
     return result
@@ -421,8 +434,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--worker-busy-poll-ms",
         default=f"{DEFAULT_BUSY_POLL_MS},{DEFAULT_IDLE_POLL_MS}",
-        help="one worker group per active_poll_interval_ms, side by side (the default first; "
-        "the idle poll, 1000 ms, is busy polling off)",
+        help="one worker run per active_poll_interval_ms (the default first; the idle poll, "
+        "1000 ms, is busy polling off)",
+    )
+    parser.add_argument(
+        "--consumer-windows-ms",
+        default=f"{DEFAULT_WINDOW_MS}",
+        help="the ingest windows at which each consumer runs (default: the default window)",
     )
     parser.add_argument(
         "--shards",
@@ -440,25 +458,26 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds or (6.0 if args.quick else 20.0)
     rates = [int(r) for r in args.rates.split(",")]
     windows = [int(w) for w in args.windows_ms.split(",")]
-    busy_polls = [int(ms) for ms in args.worker_busy_poll_ms.split(",")]
+    consumers = [
+        *(Consumer("worker", int(ms)) for ms in args.worker_busy_poll_ms.split(",")),
+        Consumer("lambda"),
+    ]
+    consumer_windows = {int(w) for w in args.consumer_windows_ms.split(",")}
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("shardlog").setLevel(logging.ERROR)  # takes and wakes log at INFO
 
     results = []
     for rate in rates:
         for window in windows:
-            print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s ...",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            results.append(
-                run_once(rate, window, seconds, args.record_bytes, busy_polls, False, args.shards)
-            )
-            if not args.no_consumers:
-                print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s, "
-                      "with consumers ...", file=sys.stderr, flush=True)  # fmt: skip
+            runs = [None, *consumers] if window in consumer_windows else [None]
+            if args.no_consumers:
+                runs = [None]
+            for consumer in runs:
+                beside = f", {consumer.label} beside the ingest" if consumer else ", ingest alone"
+                print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s{beside} ...",
+                      file=sys.stderr, flush=True)  # fmt: skip
                 results.append(
-                    run_once(
-                        rate, window, seconds, args.record_bytes, busy_polls, True, args.shards
-                    )
+                    run_once(rate, window, seconds, args.record_bytes, consumer, args.shards)
                 )
     print(
         f"latency on the local runtime: produce at a steady rate for {seconds:.0f} s; times from "
@@ -473,17 +492,21 @@ def main(argv: list[str] | None = None) -> int:
     failed = [f"{r.rate}/s window {r.window_ms} ms: {e}" for r in results for e in r.errors]
     for error in failed:
         print(f"CORRECTNESS CHECK FAILED: {error}")
-    headline = next(
-        (
-            r
-            for r in results
-            if r.rate == 1000 and r.window_ms == DEFAULT_WINDOW_MS and COMMITTED in r.paths
-        ),
-        None,
-    )
-    p99 = headline.paths[COMMITTED]["p99"] if headline else None
-    print(f"p99 produce-to-committed at 1000 records/s: {p99:.0f} ms" if p99 is not None else
-          "p99 produce-to-committed at 1000 records/s: n/a ms")  # fmt: skip
+
+    def p99_at_1000(path: str) -> str:
+        run = next(
+            (
+                r
+                for r in results
+                if r.rate == 1000 and r.window_ms == DEFAULT_WINDOW_MS and path in r.paths
+            ),
+            None,
+        )
+        return f"{run.paths[path]['p99']:.0f}" if run else "n/a"
+
+    worker = worker_path(consumers[0].busy_poll_ms).removeprefix("produce-to-")
+    print(f"p99 produce-to-{worker} at 1000 records/s: {p99_at_1000('produce-to-' + worker)} ms")
+    print(f"p99 produce-to-committed at 1000 records/s: {p99_at_1000(COMMITTED)} ms")
     return 1 if failed else 0
 
 
