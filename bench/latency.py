@@ -17,6 +17,12 @@ time. Per record it measures, from the start of the PutRecords call that put it:
 - lambda: the invocation of a Lambda consumer group's function (partitions stream ->
   waker -> SQS FIFO wake queue -> runner, as `local up --lambda-consumer` runs it).
 
+Each run produces for a warm-up (``--warmup-seconds``, 3 s) before the timed records: by then
+the ingest has committed and a worker has delivered on every partition, so it busy-polls as
+under a steady stream. The warm-up's records are checked like the rest and their latency is
+shown apart (a quiet partition is polled every idle_poll_interval_ms, so the first records
+after a quiet spell can wait up to that much longer).
+
 Each rate runs with the ingest batching window at its default and at 0, the ingest alone:
 produce-to-committed, with the ingest requests (and invocations) per 1,000 records that each
 window costs, so the window's share shows side by side. Then, at the default window, once
@@ -68,6 +74,10 @@ LOCAL_UP_SHARDS = 4  # `shardlog local up --shards` default
 KINESIS_SHARD_RECORDS_PER_S = 1_000
 TICK_S = 0.01  # the producer puts what is due every 10 ms
 DRAIN_TIMEOUT_S = 60.0
+# The steady rate is timed after a warm-up: by then the ingest has committed and each worker
+# delivered on every partition, so a worker busy-polls as it does under a steady stream (the
+# first records after a quiet spell wait for the idle poll: docs/PERFORMANCE.md).
+WARMUP_S = 3.0
 DEFAULT_WINDOW_MS = C.INGEST_BATCHING_WINDOW_S * 1000
 DEFAULT_IDLE_POLL_MS = ConsumerSettings().idle_poll_interval_ms
 DEFAULT_BUSY_POLL_MS = ConsumerSettings().active_poll_interval_ms
@@ -184,6 +194,7 @@ class RunResult:
     ingest_requests: int
     consumer: str = ""  # the consumer beside the ingest, or "" for the ingest alone
     paths: dict[str, dict[str, float]] = field(default_factory=dict)
+    warmup_paths: dict[str, dict[str, float]] = field(default_factory=dict)  # not timed above
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -204,6 +215,10 @@ class RunResult:
             "paths": {
                 name: {k: round(v, 1) for k, v in figures.items()}
                 for name, figures in self.paths.items()
+            },
+            "warmupPaths": {
+                name: {k: round(v, 1) for k, v in figures.items()}
+                for name, figures in self.warmup_paths.items()
             },
             "errors": self.errors,
         }
@@ -289,6 +304,7 @@ def run_once(
     record_bytes: int,
     consumer: Consumer | None = None,
     shards: int | None = None,
+    warmup_s: float = 0.0,
 ) -> RunResult:
     """The ingest alone (``consumer`` None: produce-to-committed), or the ingest and one
     consumer (that consumer's path)."""
@@ -339,7 +355,7 @@ def run_once(
                 raise SystemExit("the worker did not take every partition within 60 s")
         producer = Producer(runtime.config.stream_name, runtime.config.clients())
         started = time.monotonic()
-        keys, lag_ms = produce_steadily(producer, rate, seconds, record_bytes, sent_at)
+        keys, lag_ms = produce_steadily(producer, rate, warmup_s + seconds, record_bytes, sent_at)
         elapsed = time.monotonic() - started
         in_process = [committed, *([lambda_seen] if with_lambda else [])]
         wait_for(
@@ -380,7 +396,15 @@ def run_once(
     else:
         if twice:
             result.errors.append(f"{name}: {twice} records delivered twice")
-        result.paths[name] = percentiles([1000 * (arrivals.first[k] - sent_at[k]) for k in keys])
+        # Latency at the steady rate: the warm-up's records are checked, and shown apart.
+        warm = int(rate * warmup_s)
+        result.paths[name] = percentiles(
+            [1000 * (arrivals.first[k] - sent_at[k]) for k in keys[warm:]]
+        )
+        if warm:
+            result.warmup_paths[name] = percentiles(
+                [1000 * (arrivals.first[k] - sent_at[k]) for k in keys[:warm]]
+            )
     return result
 
 
@@ -393,6 +417,9 @@ def print_table(results: Sequence[RunResult]) -> None:
         for name, f in r.paths.items():
             figures = " ".join(f"{f[k]:>6.0f}" for k in ("p50", "p95", "p99", "max"))
             print(f"{r.rate:>6} {r.window_ms:>5}ms {name:<38} {figures}")
+        for f in r.warmup_paths.values():
+            figures = " ".join(f"{f[k]:>6.0f}" for k in ("p50", "p95", "p99", "max"))
+            print(f"{'':>14} {'(warm-up, not timed above)':<38} {figures}")
         print(
             f"{'':>14} {r.shards} shards, {r.produced} records at {r.achieved_rate:.0f}/s "
             f"(producer lag max {r.max_producer_lag_ms:.0f} ms); ingest: {r.invocations} "
@@ -425,6 +452,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short runs (6 s each)")
     parser.add_argument("--rates", default="100,1000,5000", help="records/s, comma-separated")
     parser.add_argument("--seconds", type=float, default=None, help="producing time per run")
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=WARMUP_S,
+        help="producing time before the timed records (checked for exactly once, not timed)",
+    )
     parser.add_argument("--record-bytes", type=int, default=100)
     parser.add_argument(
         "--windows-ms",
@@ -477,7 +510,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"running {rate} records/s, window {window} ms, {seconds:.0f} s{beside} ...",
                       file=sys.stderr, flush=True)  # fmt: skip
                 results.append(
-                    run_once(rate, window, seconds, args.record_bytes, consumer, args.shards)
+                    run_once(
+                        rate,
+                        window,
+                        seconds,
+                        args.record_bytes,
+                        consumer,
+                        args.shards,
+                        args.warmup_seconds,
+                    )
                 )
     print(
         f"latency on the local runtime: produce at a steady rate for {seconds:.0f} s; times from "
