@@ -178,3 +178,32 @@ def test_a_transaction_with_a_malformed_key_is_refused_and_changes_nothing(aws: 
         C.ATTR_PARTITION_ID: {"S": "p-updated"},
         "head": {"N": "1"},
     }
+
+
+def test_a_cancelled_transaction_puts_back_a_range_key_item_it_changed(aws: AwsEnv) -> None:
+    key = {C.ATTR_CONSUMER_GROUP: {"S": "g"}, C.ATTR_PARTITION_ID: {"S": "p-held"}}
+    aws.clients.dynamodb.put_item(
+        TableName=aws.config.consumers_table, Item={**key, "leaseCounter": {"N": "3"}}
+    )
+    with pytest.raises(ClientError) as error:
+        aws.clients.dynamodb.transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": aws.config.consumers_table,
+                        "Key": key,
+                        "UpdateExpression": "SET leaseCounter = leaseCounter + :one",
+                        "ExpressionAttributeValues": {":one": {"N": "1"}},
+                    }
+                },
+                {
+                    "ConditionCheck": {
+                        "TableName": aws.config.consumers_table,
+                        "Key": {**key, C.ATTR_PARTITION_ID: {"S": "p-absent"}},
+                        "ConditionExpression": "attribute_exists(leaseCounter)",
+                    }
+                },
+            ]
+        )
+    assert error.value.response["Error"]["Code"] == "TransactionCanceledException"
+    assert _lease(aws, "g", "p-held") == {**key, "leaseCounter": {"N": "3"}}
