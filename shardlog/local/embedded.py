@@ -16,7 +16,13 @@ from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.config import ShardlogConfig
 from shardlog.exceptions import aws_error_code
-from shardlog.local import conditional_writes, emr_serverless, kinesis_fidelity, transactions
+from shardlog.local import (
+    conditional_writes,
+    emr_serverless,
+    expressions,
+    kinesis_fidelity,
+    transactions,
+)
 
 
 class EmbeddedAWS:
@@ -36,6 +42,7 @@ class EmbeddedAWS:
         kinesis_fidelity.apply()
         conditional_writes.apply()
         transactions.apply()  # a cancelled transaction undone in place, not by table copies
+        expressions.apply()  # update expressions parsed once, their sections counted once
         emr_serverless.apply()  # job runs execute with a local spark-submit
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = KeepAliveMotoServer(self.host, self.port)
