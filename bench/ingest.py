@@ -35,6 +35,7 @@ from shardlog.format import IncomingRecord
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.segments import segment_key
+from shardlog.shardsync import ShardSync
 from shardlog.writer import LogWriter, WriterSettings
 
 
@@ -189,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     with EmbeddedAWS() as aws:
         config = ShardlogConfig(endpoint_url=aws.endpoint_url)
         provision(config.clients(), config, shard_count=2)
+        # Lineage recorded, as the stack's scheduled shard sync (and the local runtime's at
+        # start) does before the shards' first batches arrive.
+        ShardSync(config.clients(), config.stream_name, config.tables).sync()
         records = make_records(args.records)
         settle_fixtures()
         rows = [

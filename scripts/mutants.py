@@ -91,6 +91,23 @@ MUTATIONS = (
         WRITER_MODEL + CONSUMER_MODELS,
     ),
     Mutation(
+        "remembered-state-check",
+        "trusting a writer's remembered head only if nobody wrote the lease since its commit",
+        "shardlog/writer.py",
+        "return (acquired.counter, acquired.checkpoint) == (self.counter + 1, self.checkpoint)",
+        "return True",
+        INGEST,
+        WRITER_MODEL,
+    ),
+    Mutation(
+        "remembered-partition-open",
+        "a commit from remembered state holding only while the partition is still OPEN",
+        "shardlog/writer.py",
+        "        if batch.remembered:  # the partition as this writer's last commit left it: OPEN",
+        "        if False:",
+        INGEST,
+    ),
+    Mutation(
         "redelivery-filter",
         "dropping redelivered records (at or below the checkpoint)",
         "shardlog/writer.py",

@@ -78,6 +78,12 @@ def state_on_commit(
     return (), {}
 
 
+def still_open() -> tuple[str, dict[str, dict[str, str]]]:
+    """The condition (and its value) of a write that holds only while the partition is
+    OPEN: the ingest commit made from remembered state (shard sync may have closed it)."""
+    return "#state = :stillOpen", {":stillOpen": s(PartitionState.OPEN)}
+
+
 def transition(table: str, partition_id: str, old: PartitionState, new: PartitionState) -> Update:
     """The conditional write of one transition (it holds only while the state is ``old``)."""
     if new not in TRANSITIONS[old]:

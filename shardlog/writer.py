@@ -6,7 +6,18 @@
    the one acquired, and drop redelivered records (at or below the checkpoint);
 3. create segment objects with If-None-Match: *, adopting a crashed writer's leftover;
 4. commit head and checkpoint in one TransactWriteItems, fenced on the lease;
-5. only then return. Budget: 4 requests per batch, plus 1 per extra segment.
+5. only then return. Budget: 4 requests per batch, plus 1 per extra segment; 3 when this
+   writer committed the shard's previous batch itself (a warm Lambda container).
+
+Why step 2 can be skipped: every lease write increments ``leaseCounter``, and nobody
+commits without a lease write. So when the acquire returns the counter this writer's own
+last commit left, plus one (the acquire's own increment), and the checkpoint that commit
+wrote, nobody wrote the lease since: the head is still the one that commit wrote, paired
+with that checkpoint, as of the acquire (exactly what step 2 would have read). The
+partition's other attributes can change without a lease (shard sync closes a shard), so
+only an OPEN partition whose lineage is recorded is remembered, and such a commit also
+holds only while the partition is still OPEN; when shard sync closed it meanwhile, the
+writer reads the state afresh and commits again (its segments are already in place).
 
 Idempotent produce (docs/FORMAT.md, section 9): a record its producer sent again after an
 unknown outcome (``resent``) is dropped when its record id is already in the log of this
@@ -25,7 +36,7 @@ from __future__ import annotations
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -36,7 +47,13 @@ from shardlog.clock import Clock, SystemClock
 from shardlog.exceptions import CommitConflictError, CorruptLogError, LeaseLostError, ShardlogError
 from shardlog.format import IncomingRecord, Segment, encode_segment, plan_segments
 from shardlog.lease import LeaseManager
-from shardlog.partitions import reaches_end, state_on_commit
+from shardlog.partitions import (
+    PartitionState,
+    lineage_known,
+    reaches_end,
+    state_on_commit,
+    still_open,
+)
 from shardlog.segments import SegmentStore, segment_key
 from shardlog.tables import (
     TRANSACTION_CANCELED,
@@ -52,6 +69,10 @@ from shardlog.tables import (
     partition_key,
     update_item,
 )
+
+# Partitions whose last commit a writer remembers (one per shard it wrote; a Lambda
+# container sees a few): past this many it forgets them all and reads state again.
+REMEMBERED_PARTITIONS = 1024
 
 
 @dataclass(frozen=True)
@@ -79,6 +100,20 @@ class PreparedBatch:
     written: int = 0
     adopted: int = 0
     added_bytes: int = 0
+    remembered: bool = False  # head and partition came from this writer's last commit
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What this writer's own last commit on a partition left behind (see step 2)."""
+
+    partition: PartitionInfo  # OPEN, lineage recorded, head as committed
+    counter: int  # leaseCounter after the commit
+    checkpoint: str | None
+
+    def still_holds(self, acquired: Lease) -> bool:
+        """Nobody wrote the lease between that commit and this acquire (its +1)."""
+        return (acquired.counter, acquired.checkpoint) == (self.counter + 1, self.checkpoint)
 
 
 @dataclass(frozen=True)
@@ -93,6 +128,7 @@ class AppendResult:
     checkpoint: str | None
     ended: bool
     deduplicated: int = 0  # dropped: resent copies of records already in the log
+    state_read: bool = True  # False: the state came from this writer's previous commit
 
     @property
     def committed(self) -> int:
@@ -120,6 +156,11 @@ class LogWriter:
             clock=self.clock,
             lease_duration_ms=self.settings.lease_duration_ms,
         )
+        self._remembered: dict[str, Remembered] = {}
+
+    def remembers(self, partition_id: str) -> bool:
+        """This writer's next batch of the partition may skip the state read (step 2)."""
+        return partition_id in self._remembered
 
     def append(
         self, partition_id: str, records: Sequence[IncomingRecord], owner: str | None = None
@@ -138,15 +179,22 @@ class LogWriter:
     ) -> PreparedBatch:
         """Steps 1-3: lease, head, segments in S3. Nothing is committed yet."""
         _check_ordered(partition_id, records)
+        remembered = self._remembered.pop(partition_id, None)  # valid for one acquire only
         acquired = self.leases.acquire(
             C.INGEST_GROUP, partition_id, owner or f"writer-{uuid.uuid4()}"
         )
-        partition, lease = self._read_state(acquired)
+        from_memory = remembered is not None and remembered.still_holds(acquired)
+        if from_memory:
+            assert remembered is not None
+            partition, lease = remembered.partition, acquired
+        else:
+            partition, lease = self._read_state(acquired)
         head = max(partition.next_seq, 0)
         checkpoint = lease.checkpoint
         after_checkpoint = _after(records, checkpoint)
         pending = self._without_resent_copies(partition, after_checkpoint)
         batch = PreparedBatch(partition, lease, head, head, checkpoint, len(records))
+        batch.remembered = from_memory
         batch.redelivered = len(records) - len(after_checkpoint)
         batch.deduplicated = len(after_checkpoint) - len(pending)
         planned = deque(self._plan(pending))
@@ -270,7 +318,6 @@ class LogWriter:
 
     def commit(self, batch: PreparedBatch) -> AppendResult:
         """Steps 4-5: head and checkpoint in one fenced transaction, then report."""
-        partition = batch.partition
         ended = False
         if batch.new_head == batch.head:
             if batch.checkpoint != batch.lease.checkpoint:  # only dropped copies: pass them
@@ -278,15 +325,18 @@ class LogWriter:
                 update = self.leases.checkpoint_update(batch.lease, batch.checkpoint, release=True)
                 if not update_item(self.clients, update).written:
                     raise LeaseLostError(
-                        C.INGEST_GROUP, partition.partition_id, "checkpoint fenced by leaseCounter"
+                        C.INGEST_GROUP,
+                        batch.partition.partition_id,
+                        "checkpoint fenced by leaseCounter",
                     )
             else:
                 self.leases.release(batch.lease)
         else:
-            ended = reaches_end(partition, batch.checkpoint)
             self._commit(batch)
+            ended = reaches_end(batch.partition, batch.checkpoint)
+        self._remember(batch, ended)
         return AppendResult(
-            partition.partition_id,
+            batch.partition.partition_id,
             batch.head,
             batch.new_head,
             batch.received,
@@ -296,6 +346,20 @@ class LogWriter:
             batch.checkpoint,
             ended,
             batch.deduplicated,
+            state_read=not batch.remembered,
+        )
+
+    def _remember(self, batch: PreparedBatch, ended: bool) -> None:
+        """Keep what this commit left, for the next batch of the partition (step 2)."""
+        partition = batch.partition
+        if ended or partition.state != PartitionState.OPEN or not lineage_known(partition):
+            return  # its attributes may still change without a lease write: read them
+        if len(self._remembered) >= REMEMBERED_PARTITIONS:
+            self._remembered.clear()
+        self._remembered[partition.partition_id] = Remembered(
+            replace(partition, next_seq=batch.new_head),
+            batch.lease.counter + 1,  # every commit path is one fenced write: +1
+            batch.checkpoint,
         )
 
     # --- steps ---------------------------------------------------------------------------
@@ -334,6 +398,10 @@ class LogWriter:
         else:
             condition = "#next = :old"
             values[":old"] = n(batch.head)
+        if batch.remembered:  # the partition as this writer's last commit left it: OPEN
+            open_condition, open_values = still_open()
+            condition = f"{condition} AND {open_condition}"
+            values.update(open_values)
         state_sets, state_values = state_on_commit(partition, checkpoint)
         sets += state_sets
         values.update(state_values)
@@ -360,6 +428,9 @@ class LogWriter:
                 raise LeaseLostError(
                     C.INGEST_GROUP, partition.partition_id, "commit fenced by leaseCounter"
                 ) from exc
+            if failed[:1] == [True] and batch.remembered:
+                self._commit_read_afresh(batch, exc)
+                return
             if failed[:1] == [True]:
                 raise CommitConflictError(
                     f"partition {partition.partition_id} head moved from {batch.head} "
@@ -370,6 +441,19 @@ class LogWriter:
                 f"commit of {partition.partition_id} cancelled: {exc}",
                 aws_error_code=TRANSACTION_CANCELED,
             ) from exc
+
+    def _commit_read_afresh(self, batch: PreparedBatch, cause: ClientError) -> None:
+        """A commit from remembered state found the partition changed without a lease write
+        (shard sync closed it): read the state as step 2 does and, the head being the one
+        the segments were cut at, commit again with what was read."""
+        partition, _ = self._read_state(batch.lease)  # LeaseLostError if the lease moved
+        if partition.next_seq != batch.head:
+            raise CommitConflictError(
+                f"partition {partition.partition_id} head moved from {batch.head} under the commit",
+                aws_error_code=TRANSACTION_CANCELED,
+            ) from cause
+        batch.partition, batch.remembered = partition, False
+        self._commit(batch)
 
 
 def _after(records: Sequence[IncomingRecord], checkpoint: str | None) -> list[IncomingRecord]:

@@ -1,7 +1,7 @@
 """Model-based test of the write path: many interleavings of produce, deliver, crash,
 zombie, lease expiry, redelivery, lost answers, throttling, split and merge. After every
 step each partition's log is exactly a prefix of its shard (nothing lost, nothing twice,
-dense seqs); at
+dense seqs), and a partition is ENDED only once its whole shard is in the log; at
 the end, once everything is delivered, every record is in the log exactly once and
 each key's records are in produce order when partitions are read parents-first.
 
@@ -10,8 +10,14 @@ each kind happened): a writer stalled between any two of its AWS calls while its
 expires and a successor appends (``stall_between_calls``), and a zombie whose successor
 moved the head before it commits (``zombie_overtaken``), which both of the commit's
 fences (leaseCounter and nextSequenceNumber) must refuse, and a call whose answer is lost
-after AWS applied it or that is throttled (``faulty_call``). scripts/soak.py runs this
-machine for longer.
+after AWS applied it or that is throttled (``faulty_call``).
+
+Writers are fresh processes (a cold Lambda container) or one of two warm containers that
+keep their writer between batches, so the state a writer remembers from its own last commit
+(shardlog/writer.py, step 2) is used, and refused when another writer wrote the lease since,
+in all the same schedules. Shard sync's part is played as well: lineage is recorded, and a
+split or merge closes the parents, so a remembered OPEN partition can go stale.
+scripts/soak.py runs this machine for longer.
 """
 
 from __future__ import annotations
@@ -31,14 +37,17 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from shardlog import constants as C
 from shardlog.clock import ManualClock
 from shardlog.exceptions import CommitConflictError, LeaseHeldError, LeaseLostError
 from shardlog.format import IncomingRecord
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.partitions import close
 from shardlog.reader import LogReader
-from shardlog.tables import cancelled_items
+from shardlog.tables import Tables, cancelled_items
 from shardlog.writer import AppendResult, LogWriter, PreparedBatch, WriterSettings
 from tests.support.aws import AwsEnv, make_env
+from tests.support.factories import register_partition
 from tests.support.schedules import ANSWER_LOST, THROTTLED, CallFault, Pause, Tally
 
 KEYS = [f"k{i}" for i in range(6)]
@@ -60,7 +69,11 @@ MUST_REACH = (
     "answer lost on PutObject",
     "answer lost on TransactWriteItems",
     "throttled on TransactWriteItems",
+    "state remembered from the writer's own commit",
+    "remembered state refused: the lease was written since",
 )
+# 0: a fresh writer (a cold container); 1 and 2: warm containers, which keep theirs.
+CONTAINERS = st.integers(0, 2)
 
 
 @dataclass
@@ -89,9 +102,21 @@ class WritePathMachine(RuleBasedStateMachine):
         self.checked: dict[str, int] = {}  # per shard: the committed head already verified
         self.pause = Pause(self.aws.clients)
         self.fault = CallFault(self.aws.clients)
+        self.containers: dict[int, LogWriter] = {}
+        self.tables = Tables(self.aws.clients, self.aws.config.tables)
+        register_partition(self.aws, "p0")  # shard sync's part: lineage recorded
         TALLY.add("schedules")
 
-    def writer(self, segment_max_records: int = 3) -> LogWriter:
+    def writer(self, segment_max_records: int = 3, container: int = 0) -> LogWriter:
+        """A fresh writer (container 0), or the one a warm container keeps between batches
+        (its settings are its own: container ``c`` cuts segments of ``c + 1`` records)."""
+        if container == 0:
+            return self.new_writer(segment_max_records)
+        if container not in self.containers:
+            self.containers[container] = self.new_writer(container + 1)
+        return self.containers[container]
+
+    def new_writer(self, segment_max_records: int) -> LogWriter:
         return LogWriter(
             self.aws.clients,
             WriterSettings(
@@ -133,14 +158,19 @@ class WritePathMachine(RuleBasedStateMachine):
                 )
             )
 
-    @rule(data=st.data(), size=st.integers(1, 8), segment=st.integers(1, 4))
-    def deliver(self, data: st.DataObject, size: int, segment: int) -> None:
+    @rule(data=st.data(), size=st.integers(1, 8), segment=st.integers(1, 4), container=CONTAINERS)
+    def deliver(self, data: st.DataObject, size: int, segment: int, container: int) -> None:
         shard = self.pick(data)
         if shard is None:
             return
         batch = shard.records[shard.position : shard.position + size]
+        writer = self.writer(segment, container)
+        remembers = writer.remembers(shard.shard_id)
         try:
-            self.count(self.writer(segment).append(shard.shard_id, batch))
+            result = writer.append(shard.shard_id, batch)
+            self.count(result)
+            if remembers and result.state_read:
+                TALLY.add("remembered state refused: the lease was written since")
         except LeaseHeldError:
             TALLY.add("lease held")
             return  # Lambda retries later
@@ -175,6 +205,43 @@ class WritePathMachine(RuleBasedStateMachine):
             TALLY.add("zombie committed (still held its lease)")
         except (LeaseLostError, CommitConflictError) as exc:
             TALLY.add(f"zombie fenced ({type(exc).__name__})")
+
+    @rule(
+        data=st.data(),
+        container=st.integers(1, 2),
+        first=st.integers(1, 4),
+        other=st.integers(0, 4),
+        then=st.integers(1, 4),
+    )
+    def warm_writer_overtaken(
+        self, data: st.DataObject, container: int, first: int, other: int, then: int
+    ) -> None:
+        """A warm container commits and remembers the partition; another writer then writes
+        the lease (appending the next ``other`` records, or, with 0, only redelivered ones);
+        the warm container's next batch must not trust what it remembers: it reads the state
+        again and commits its records exactly once."""
+        shard = self.pending_shard(data)
+        self.clock.advance(LEASE_MS)  # no earlier writer's live lease in the way
+        warm = self.writer(container=container)
+        first_batch = shard.records[shard.position : shard.position + first]
+        self.count(warm.append(shard.shard_id, first_batch))
+        shard.position += len(first_batch)
+        remembered = warm.remembers(shard.shard_id)
+        # Another writer: the last two records again (redelivered), then ``other`` new ones.
+        start = max(0, shard.position - 2)
+        others = shard.records[start : shard.position + other]
+        self.count(self.writer().append(shard.shard_id, others))
+        shard.position = max(shard.position, start + len(others))
+        start = shard.position - 1
+        last = shard.records[start : shard.position + then]
+        result = warm.append(shard.shard_id, last)
+        self.count(result)
+        shard.position = max(shard.position, start + len(last))
+        if not remembered:
+            return  # a closed partition is never remembered
+        if not result.state_read:
+            raise AssertionError("a warm writer trusted its memory after another lease write")
+        TALLY.add("remembered state refused: the lease was written since")
 
     @rule(data=st.data(), size=st.integers(1, 8), successor_size=st.integers(1, 8))
     def zombie_overtaken(self, data: st.DataObject, size: int, successor_size: int) -> None:
@@ -212,6 +279,7 @@ class WritePathMachine(RuleBasedStateMachine):
         nth=st.integers(1, 2),
         expire=st.booleans(),
         successor_size=st.integers(0, 8),
+        container=CONTAINERS,
     )
     def stall_between_calls(
         self,
@@ -222,6 +290,7 @@ class WritePathMachine(RuleBasedStateMachine):
         nth: int,
         expire: bool,
         successor_size: int,
+        container: int,
     ) -> None:
         """A writer pauses just before the ``nth`` call of ``before`` (GC, a frozen Lambda)
         (a second PutObject exists when the batch spans segments); meanwhile
@@ -247,7 +316,7 @@ class WritePathMachine(RuleBasedStateMachine):
 
         self.pause.before_call(nth, stall, operation=before)
         try:
-            result = self.writer(segment).append(shard.shard_id, batch)
+            result = self.writer(segment, container).append(shard.shard_id, batch)
             self.count(result)
             succeeded.append(len(batch))
         except (LeaseLostError, CommitConflictError) as exc:
@@ -268,9 +337,16 @@ class WritePathMachine(RuleBasedStateMachine):
         segment=st.integers(1, 3),
         fault=st.sampled_from((ANSWER_LOST, THROTTLED)),
         operation=st.sampled_from(WRITE_PATH_CALLS),
+        container=CONTAINERS,
     )
     def faulty_call(
-        self, data: st.DataObject, size: int, segment: int, fault: str, operation: str
+        self,
+        data: st.DataObject,
+        size: int,
+        segment: int,
+        fault: str,
+        operation: str,
+        container: int,
     ) -> None:
         """One call of the write path has its answer lost after AWS applied it (ambiguous),
         or is throttled past its retries: the invocation fails and its batch comes again
@@ -280,7 +356,7 @@ class WritePathMachine(RuleBasedStateMachine):
         batch = shard.records[shard.position : shard.position + size]
         self.fault.arm(fault, operation)
         try:
-            self.count(self.writer(segment).append(shard.shard_id, batch))
+            self.count(self.writer(segment, container).append(shard.shard_id, batch))
             shard.position += len(batch)
         except (BotoCoreError, ClientError, LeaseLostError, CommitConflictError) as exc:
             TALLY.add(f"invocation failed ({type(exc).__name__})")
@@ -307,22 +383,33 @@ class WritePathMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.phase == 0)
     @rule()
     def split(self) -> None:
-        parent = self.shards["p0"]
-        parent.closed = True
+        self.close_shard("p0")
         self.shards["c1"] = ModelShard("c1", {k for k in KEYS if int(k[1:]) % 2 == 0}, ("p0",))
         self.shards["c2"] = ModelShard("c2", {k for k in KEYS if int(k[1:]) % 2 == 1}, ("p0",))
+        register_partition(self.aws, "c1", ("p0",))
+        register_partition(self.aws, "c2", ("p0",))
         self.phase = 1
         TALLY.add("split")
 
     @precondition(lambda self: self.phase == 1)
     @rule()
     def merge(self) -> None:
-        self.shards["c1"].closed = self.shards["c2"].closed = True
+        self.close_shard("c1")
+        self.close_shard("c2")
         self.shards["m3"] = ModelShard("m3", set(KEYS), ("c1", "c2"))
+        register_partition(self.aws, "m3", ("c1", "c2"))
         self.phase = 2
         TALLY.add("merge")
 
     # --- helpers -------------------------------------------------------------------------
+    def close_shard(self, shard_id: str) -> None:
+        """Kinesis closed the shard; shard sync records where it ends (OPEN -> CLOSED). A
+        shard closed empty ends below any record (shard sync ends such a one by itself)."""
+        shard = self.shards[shard_id]
+        shard.closed = True
+        ending = shard.records[-1].kinesis_sequence_number if shard.records else str(SEQUENCE_BASE)
+        close(self.aws.clients, self.aws.config.partitions_table, shard_id, ending)
+
     def pending_shard(self, data: st.DataObject) -> ModelShard:
         """A deliverable shard, producing a few records first when none is."""
         shard = self.pick(data)
@@ -334,6 +421,10 @@ class WritePathMachine(RuleBasedStateMachine):
 
     def count(self, result: AppendResult) -> None:
         TALLY.add("batch committed" if result.committed else "batch with nothing new")
+        if not result.state_read:
+            TALLY.add("state remembered from the writer's own commit")
+        if result.ended:
+            TALLY.add("partition ended by the commit")
         TALLY.add("segment adopted", result.segments_adopted)
         TALLY.add("redelivered record dropped", result.redelivered)
 
@@ -356,6 +447,18 @@ class WritePathMachine(RuleBasedStateMachine):
             expected = [r.kinesis_sequence_number for r in shard.records[checked:head]]
             assert logged == expected, f"{shard.shard_id}: log is not a prefix of the shard"
             self.checked[shard.shard_id] = head
+
+    @invariant()
+    def a_partition_ends_only_with_its_whole_shard_in_the_log(self) -> None:
+        """ENDED lets its children be consumed: the shard must be closed and all in the log."""
+        for shard in self.shards.values():
+            partition = self.tables.get_partition(shard.shard_id)
+            if partition is not None and partition.state == C.STATE_ENDED:
+                assert shard.closed, f"{shard.shard_id}: ENDED while its shard is open"
+                assert partition.next_seq == len(shard.records), (
+                    f"{shard.shard_id}: ENDED at head {partition.next_seq} of "
+                    f"{len(shard.records)} records"
+                )
 
     def teardown(self) -> None:
         self.clock.advance(LEASE_MS)
