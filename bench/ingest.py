@@ -20,10 +20,12 @@ Usage: python bench/ingest.py [--records N] [--batch-size N] [--baseline-records
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,9 +99,12 @@ def make_records(count: int, size: int = 100) -> list[IncomingRecord]:
 
 
 def settle_fixtures() -> None:
-    """Move the benchmark's own test data (the records, the events) out of the collector's
-    reach: else its full collections walk them over and over, and the pause lands on
-    whichever request happens to run (seen: the writer's commit at 8 ms instead of 5.5)."""
+    """Move the benchmark's own test data (the records, the events) and what the warm-up
+    loaded (lazy imports: Powertools' metrics and tracer, botocore's models) out of the
+    collector's reach: else its full collections walk them over and over, and the pause
+    lands on whichever request happens to run (seen: the writer's commit at 8 ms instead of
+    5.5; three full collections of 26 ms in the handler's run and none in the writer's).
+    Every path is timed from a settled heap, after its warm-up."""
     gc.collect()
     gc.freeze()
 
@@ -109,23 +114,76 @@ def counted(config: ShardlogConfig) -> tuple[Clients, RequestCounter, RequestCpu
     return clients, RequestCounter().attach(clients), RequestCpu().attach(clients)
 
 
-def bench_writer(config: ShardlogConfig, records: list[IncomingRecord], batch: int,
-                 segment_max_records: int, name: str, partition: str) -> Row:  # fmt: skip
+Call = Callable[[], object]
+Batch = Callable[[], Call]  # called untimed; returns the call to time
+
+
+def ready(call: Call) -> Batch:
+    """A batch with nothing to set up before its timed call."""
+    return lambda: call
+
+
+@dataclass
+class Path:
+    """A path to time batch by batch: its batches, its meters, its totals."""
+
+    name: str
+    records: int
+    batches: Sequence[Batch]
+    counter: RequestCounter
+    cpu: RequestCpu
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    def row(self) -> Row:
+        return Row(self.name, self.records, self.wall_s, self.counter.total, self.cpu_s,
+                   dict(self.cpu.ms))  # fmt: skip
+
+
+def timed(*paths: Path) -> list[Row]:
+    """Time the paths' batches interleaved (a batch of each in turn, the order flipped at
+    every round), from a settled heap: whatever slows the machine for a while (another
+    process, the clock speed, a full collection) falls on every path alike, so their ratio
+    is measured side by side rather than one after the other."""
+    settle_fixtures()
+    for path in paths:
+        path.counter.reset()
+        path.cpu.ms.clear()
+    for round_number, batches in enumerate(zip(*(path.batches for path in paths), strict=True)):
+        turn = list(zip(paths, batches, strict=True))
+        for path, batch in turn if round_number % 2 == 0 else reversed(turn):
+            call = batch()
+            with Timed() as spent:
+                call()
+            path.wall_s += spent.wall
+            path.cpu_s += spent.cpu
+    return [path.row() for path in paths]
+
+
+def writer_path(config: ShardlogConfig, records: list[IncomingRecord], batch: int,
+                segment_max_records: int, name: str, partition: str) -> Path:  # fmt: skip
+    """LogWriter.append per batch, after a warm-up batch on another partition (connections,
+    lazy imports)."""
     clients, counter, cpu = counted(config)
     writer = LogWriter(
         clients,
         WriterSettings(config.bucket, config.tables, segment_max_records=segment_max_records),
     )
-    writer.append(f"{partition}-warm-up", records[:batch])  # connections, lazy imports
-    counter.reset()
-    cpu.ms.clear()
-    with Timed() as timed:
-        for i in range(0, len(records), batch):
-            writer.append(partition, records[i : i + batch])
-    return Row(name, len(records), timed.wall, counter.total, timed.cpu, dict(cpu.ms))
+    writer.append(f"{partition}-warm-up", records[:batch])
+    batches = [
+        ready(functools.partial(writer.append, partition, records[i : i + batch]))
+        for i in range(0, len(records), batch)
+    ]
+    return Path(name, len(records), batches, counter, cpu)
 
 
-def bench_handler(config: ShardlogConfig, records: list[IncomingRecord], batch: int) -> Row:
+def handler_path(config: ShardlogConfig, records: list[IncomingRecord], batch: int) -> Path:
+    """The ingest Lambda handler per Kinesis event, after a warm-up event on another shard.
+
+    Each event is kept as the JSON Lambda delivers and decoded just before its call, untimed,
+    as the Lambda runtime does before it calls the handler: the handler reads a fresh event,
+    not one built minutes earlier (whose 1,000 record dicts, cold in the CPU's caches, cost
+    the event parsing twice its time)."""
     from lambdas.ingest.handler import create_handler
     from lambdas.ingest.settings import IngestSettings
     from shardlog.local.poller import LambdaContext
@@ -140,30 +198,30 @@ def bench_handler(config: ShardlogConfig, records: list[IncomingRecord], batch: 
         clients,
     )
     shard = "shardId-000000000001"
-    events = [
-        common.kinesis_event(shard, records[i : i + batch]) for i in range(0, len(records), batch)
-    ]
-    settle_fixtures()
-    # A warm-up batch on another shard first (connections, lazy imports), as for the writer.
     handle(common.kinesis_event(f"{shard}-warm-up", records[:batch]), LambdaContext("warm-up"))
-    counter.reset()
-    cpu.ms.clear()
-    with Timed() as timed:
-        for event in events:
-            handle(event, LambdaContext("bench-ingest"))
-    return Row("shardlog via Lambda handler", len(records), timed.wall, counter.total,
-               timed.cpu, dict(cpu.ms))  # fmt: skip
+    context = LambdaContext("bench-ingest")
+
+    def invocation(payload: bytes) -> Call:
+        return functools.partial(handle, json.loads(payload), context)
+
+    batches = [
+        functools.partial(
+            invocation, json.dumps(common.kinesis_event(shard, records[i : i + batch])).encode()
+        )
+        for i in range(0, len(records), batch)
+    ]
+    return Path("shardlog via Lambda handler", len(records), batches, counter, cpu)
 
 
-def bench_baseline(config: ShardlogConfig, records: list[IncomingRecord]) -> Row:
-    """Safya's original write: one atomic increment and one object per record."""
+def baseline_path(config: ShardlogConfig, records: list[IncomingRecord], rounds: int) -> Path:
+    """Safya's original write: one atomic increment and one object per record, in ``rounds``
+    runs of consecutive records (to interleave with the batches of the other paths)."""
     clients, counter, cpu = counted(config)
     partition = "shardId-baseline"
     clients.s3.head_bucket(Bucket=config.bucket)  # a warm-up request (connections)
-    counter.reset()
-    cpu.ms.clear()
-    with Timed() as timed:
-        for record in records:
+
+    def write(chunk: list[IncomingRecord]) -> None:
+        for record in chunk:
             response = clients.dynamodb.update_item(
                 TableName=config.partitions_table,
                 Key={"partitionId": {"S": partition}},
@@ -175,8 +233,13 @@ def bench_baseline(config: ShardlogConfig, records: list[IncomingRecord]) -> Row
             clients.s3.put_object(
                 Bucket=config.bucket, Key=segment_key(partition, seq), Body=record.data
             )
-    return Row("baseline (Safya: increment + PutObject per record)", len(records),
-               timed.wall, counter.total, timed.cpu, dict(cpu.ms))  # fmt: skip
+
+    size = -(-len(records) // rounds)  # every round but the last ones gets this many
+    batches = [
+        ready(functools.partial(write, records[i * size : (i + 1) * size])) for i in range(rounds)
+    ]
+    name = "baseline (Safya: increment + PutObject per record)"
+    return Path(name, len(records), batches, counter, cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,15 +257,16 @@ def main(argv: list[str] | None = None) -> int:
         # start) does before the shards' first batches arrive.
         ShardSync(config.clients(), config.stream_name, config.tables).sync()
         records = make_records(args.records)
-        settle_fixtures()
-        rows = [
-            bench_writer(config, records, args.batch_size, 10_000, "shardlog (segments)",
-                         "shardId-000000000000"),
-            bench_handler(config, records, args.batch_size),
-            bench_writer(config, records[: args.baseline_records * 5], args.batch_size, 1,
-                         "shardlog, one object per record", "shardId-one-per-record"),
-            bench_baseline(config, records[: args.baseline_records]),
-        ]  # fmt: skip
+        writer = writer_path(config, records, args.batch_size, 10_000, "shardlog (segments)",
+                             "shardId-000000000000")  # fmt: skip
+        handler = handler_path(config, records, args.batch_size)
+        safya_path = baseline_path(config, records[: args.baseline_records], len(writer.batches))
+        bare, via_handler, safya = timed(writer, handler, safya_path)
+        (one_per_record,) = timed(
+            writer_path(config, records[: args.baseline_records * 5], args.batch_size, 1,
+                        "shardlog, one object per record", "shardId-one-per-record")
+        )  # fmt: skip
+        rows = [bare, via_handler, one_per_record, safya]
     baseline = rows[-1]
     report: list[dict[str, Any]] = []
     if not args.json:

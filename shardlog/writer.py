@@ -457,9 +457,14 @@ class LogWriter:
 
 
 def _after(records: Sequence[IncomingRecord], checkpoint: str | None) -> list[IncomingRecord]:
-    """The records strictly after a Kinesis checkpoint (compared as integers)."""
+    """The records strictly after a Kinesis checkpoint (compared as integers). ``records``
+    are in Kinesis order (``_check_ordered``), so those are a suffix: found at the first
+    record past the checkpoint, which is the first one unless the batch is a redelivery."""
     floor = kinesis_seq_int(checkpoint)
-    return [r for r in records if kinesis_seq_int(r.kinesis_sequence_number) > floor]
+    for index, record in enumerate(records):
+        if kinesis_seq_int(record.kinesis_sequence_number) > floor:
+            return list(records[index:])
+    return []
 
 
 def _check_ordered(partition_id: str, records: Sequence[IncomingRecord]) -> None:

@@ -29,6 +29,7 @@ from shardlog.exceptions import (
     LeaseLostError,
 )
 from shardlog.format import IncomingRecord
+from shardlog.idempotence import MAGIC as ENVELOPE_MAGIC
 from shardlog.writer import LogWriter
 
 
@@ -36,22 +37,29 @@ def to_incoming(event: KinesisStreamEvent) -> tuple[str, list[IncomingRecord]]:
     """The shard id and the records of one Kinesis event, in order.
 
     Reads the event's own dicts (the shape Powertools' KinesisStreamRecordPayload reads):
-    a wrapper object per field access cost a quarter of the handler's time per batch."""
+    a wrapper object per field access cost a quarter of the handler's time per batch. A
+    record without an idempotence envelope (most) is built directly; one with goes through
+    ``IncomingRecord.from_kinesis``, which opens it (a call per record cost 0.12 ms a batch).
+    """
     records = event.raw_event.get("Records") or []
     if not records:
         return "", []
     shard_id = records[0]["eventID"].split(":", 1)[0]
-    incoming = []
+    incoming: list[IncomingRecord] = []
+    append, record_of = incoming.append, IncomingRecord
     for record in records:
         payload = record["kinesis"]
-        incoming.append(
-            IncomingRecord.from_kinesis(
-                payload["partitionKey"],
-                binascii.a2b_base64(payload["data"]),  # base64.b64decode, minus its wrapper
-                payload["sequenceNumber"],
-                round(payload["approximateArrivalTimestamp"] * 1000),
-            )
+        data = binascii.a2b_base64(payload["data"])  # base64.b64decode, minus its wrapper
+        fields = (
+            payload["partitionKey"],
+            data,
+            payload["sequenceNumber"],
+            round(payload["approximateArrivalTimestamp"] * 1000),
         )
+        if data.startswith(ENVELOPE_MAGIC):
+            append(record_of.from_kinesis(*fields))
+        else:
+            append(record_of(*fields))
     return shard_id, incoming
 
 

@@ -114,6 +114,8 @@ incoming_records = st.builds(
     data=st.binary(max_size=2048),
     kinesis_sequence_number=st.text(alphabet="0123456789", min_size=1, max_size=128),
     arrival_ms=st.integers(min_value=0, max_value=2**64 - 1),
+    record_id=st.none() | st.from_regex(r"[A-Za-z0-9._:-]{1,64}", fullmatch=True),  # envelope's
+    resent=st.just(False),  # not stored: only ingest reads it
 )
 
 
@@ -141,15 +143,30 @@ def test_round_trip(
         assert decoded.data == original.data
         assert decoded.kinesis_sequence_number == original.kinesis_sequence_number
         assert decoded.arrival_ms == original.arrival_ms
+        assert decoded.record_id == original.record_id
     pid_bytes = len(partition_id.encode("utf-8"))
-    assert len(blob) == 28 + pid_bytes + sum(map(encoded_record_size, records)) + 4
+    # In a segment where some record has an id, one without takes its id length too (0).
+    id_lengths = sum(r.record_id is None for r in records) if any_id(records) else 0
+    size = sum(map(encoded_record_size, records)) + id_lengths
+    assert len(blob) == 28 + pid_bytes + size + 4
     # The decoder printed in docs/FORMAT.md reads the same thing.
     documented = doc_decoder()(blob)
     assert documented["partition_id"] == partition_id
     assert documented["records"] == [
-        (first_seq + i, r.partition_key, r.data, r.kinesis_sequence_number, r.arrival_ms, None)
+        (
+            first_seq + i,
+            r.partition_key,
+            r.data,
+            r.kinesis_sequence_number,
+            r.arrival_ms,
+            r.record_id,
+        )
         for i, r in enumerate(records)
     ]
+
+
+def any_id(records: list[IncomingRecord]) -> bool:
+    return any(r.record_id is not None for r in records)
 
 
 def test_encode_rejects_what_the_format_cannot_hold() -> None:
