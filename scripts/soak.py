@@ -67,7 +67,8 @@ MACHINES = {
             "tests.functional.ingest.test_writer_model",
             "WritePathMachine",
             "stalls before any AWS call, crashes after the S3 write, zombies past their "
-            "lease, lost answers, throttling, redelivery, split, merge",
+            "lease, lost answers, throttling, redelivery, split, merge (parents closed), warm "
+            "writers overtaken between two batches",
         ),
         Machine(
             "consumer-groups",
