@@ -80,8 +80,12 @@ def state_on_commit(
 
 def still_open() -> tuple[str, dict[str, dict[str, str]]]:
     """The condition (and its value) of a write that holds only while the partition is
-    OPEN: the ingest commit made from remembered state (shard sync may have closed it)."""
-    return "#state = :stillOpen", {":stillOpen": s(PartitionState.OPEN)}
+    OPEN: the ingest commit made from remembered state (shard sync may have closed it). An
+    item without ``state`` is OPEN, as ``PartitionInfo.from_item`` reads it."""
+    return (
+        "(attribute_not_exists(#state) OR #state = :stillOpen)",
+        {":stillOpen": s(PartitionState.OPEN)},
+    )
 
 
 def transition(table: str, partition_id: str, old: PartitionState, new: PartitionState) -> Update:

@@ -15,7 +15,9 @@ time in moto's expression code. Two parts of it cost far more than their work:
   one of them: quadratic in the clauses (a commit's five SET clauses made it the largest
   single cost of the request). The count of the root covers every nested node (each holds a
   subset of the root's clauses), so ``apply()`` checks the root only: the same expressions
-  are refused, with the same error.
+  are refused, with moto's error naming a repeated section. (When two different sections
+  both repeat, moto named the one of the innermost node, the root check names ADD, then
+  REMOVE, then SET: DynamoDB's own message names one of them either way.)
 
 Behaviour is unchanged: tests/functional/local/test_expressions.py sends the same requests
 with and without this module's help over HTTP.

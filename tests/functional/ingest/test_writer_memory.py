@@ -106,3 +106,19 @@ def test_a_commit_whose_answer_was_lost_is_not_remembered(aws: AwsEnv) -> None:
     retry = writer.append(P, incoming_records(5, start=5))
     assert retry.state_read and (retry.redelivered, retry.committed) == (5, 0)
     assert log_kinesis_seqs(aws, P) == kinesis_seqs(incoming_records(10, start=0))
+
+
+def test_a_partition_item_without_a_state_is_open_to_a_commit_from_memory(aws: AwsEnv) -> None:
+    """An item written before partitions had a state reads as OPEN; the commit made from
+    memory holds for it as well, without a read and a second commit every batch."""
+    register_partition(aws, P)
+    aws.clients.dynamodb.update_item(
+        TableName=aws.config.partitions_table,
+        Key={C.ATTR_PARTITION_ID: {"S": P}},
+        UpdateExpression="REMOVE #state",
+        ExpressionAttributeNames={"#state": C.ATTR_STATE},
+    )
+    writer = _counted(aws)
+    assert _requests_of(aws, writer, 0, 5) == COLD
+    assert _requests_of(aws, writer, 5, 5) == WARM
+    assert log_kinesis_seqs(aws, P) == kinesis_seqs(incoming_records(10, start=0))

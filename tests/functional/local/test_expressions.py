@@ -73,7 +73,7 @@ def test_a_section_twice_is_refused_and_changes_nothing(
     """Past the edge, wherever the repeated section stands in the text."""
     _update(aws, "p-twice", "SET kept = :one", one=1)
     values = {"one": 1} if ":one" in expression else {}
-    for _ in range(2):  # refused again when sent again: a refusal is never kept as a tree
+    for _ in range(2):  # refused again when sent again (the tree is kept, the check runs)
         with pytest.raises(ClientError) as refused:
             _update(aws, "p-twice", expression, **values)
         error = refused.value.response["Error"]
@@ -83,6 +83,13 @@ def test_a_section_twice_is_refused_and_changes_nothing(
         TableName=aws.config.partitions_table, Key={C.ATTR_PARTITION_ID: {"S": "p-twice"}}
     )["Item"]
     assert _numbers(item) == {"kept": 1}
+
+
+def test_two_different_sections_twice_are_refused_naming_one(aws: AwsEnv) -> None:
+    with pytest.raises(ClientError) as refused:
+        _update(aws, "p-both", "REMOVE a REMOVE b SET c = :one SET d = :one", one=1)
+    message = refused.value.response["Error"]["Message"]
+    assert any(f'The "{s}" section can only be used once' in message for s in ("SET", "REMOVE"))
 
 
 def test_an_expression_that_does_not_parse_is_refused_each_time(aws: AwsEnv) -> None:
