@@ -58,5 +58,5 @@ class Measurement:
     def records_per_s(self) -> float:
         return self.records / self.seconds
 
-    def per_1000_records(self, count: int) -> float:
+    def per_1000_records(self, count: float) -> float:
         return 1000 * count / self.records

@@ -52,10 +52,7 @@ class Row(common.Measurement):
 
     @property
     def requests_per_1000(self) -> float:
-        return 1000 * self.requests / self.records
-
-    def per_1000(self, ms: float) -> float:
-        return 1000 * ms / self.records
+        return self.per_1000_records(self.requests)
 
 
 class RequestCpu:
@@ -106,8 +103,7 @@ def settle_fixtures() -> None:
     loaded (lazy imports: Powertools' metrics and tracer, botocore's models) out of the
     collector's reach: else its full collections walk them over and over, and the pause
     lands on whichever request happens to run (seen: the writer's commit at 8 ms instead of
-    5.5; three full collections of 26 ms in the handler's run and none in the writer's).
-    Every path is timed from a settled heap, after its warm-up."""
+    5.5). Every path is timed from a settled heap, after its warm-up."""
     gc.collect()
     gc.freeze()
 
@@ -284,12 +280,12 @@ def main(argv: list[str] | None = None) -> int:
                 "recordsPerSecond": round(row.records_per_s, 1),
                 "requestsPer1000Records": round(row.requests_per_1000, 2),
                 "speedupVsBaseline": round(ratio, 1),
-                "cpuMsPer1000Records": round(row.per_1000(1000 * row.cpu_s), 2),
+                "cpuMsPer1000Records": round(row.per_1000_records(1000 * row.cpu_s), 2),
                 "requestCpuMsPer1000Records": round(
-                    row.per_1000(sum(row.request_cpu_ms.values())), 2
+                    row.per_1000_records(sum(row.request_cpu_ms.values())), 2
                 ),
                 "requestCpuMsPer1000RecordsByOperation": {
-                    op: round(row.per_1000(ms), 2)
+                    op: round(row.per_1000_records(ms), 2)
                     for op, ms in sorted(row.request_cpu_ms.items(), key=lambda kv: -kv[1])
                 },
             }

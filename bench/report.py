@@ -78,23 +78,22 @@ def ingest_block(rows: list[dict[str, Any]]) -> list[str]:
         "batch: 3 once a writer committed the shard's previous batch itself (it skips the "
         "state read), 4 for the first.",
     ]
-    if "requestCpuBoundVsBaseline" in writer:
-        by_operation = ", ".join(
-            f"{op} {ms:,.2f}" for op, ms in writer["requestCpuMsPer1000RecordsByOperation"].items()
-        )
-        own = writer["cpuMsPer1000Records"] - writer["requestCpuMsPer1000Records"]
-        bound = writer["requestCpuBoundVsBaseline"]
-        lines += [
-            "",
-            "Where the time goes (CPU ms per 1,000 records, both ends: the embedded AWS runs in "
-            f"the benchmark's process): the bare writer {writer['cpuMsPer1000Records']:,.2f}, of "
-            f"which its requests {writer['requestCpuMsPer1000Records']:,.2f} ({by_operation}) "
-            f"and its own code {own:,.2f}; the baseline's requests "
-            f"{baseline['requestCpuMsPer1000Records']:,.0f}. Locally a request costs CPU, and a "
-            "transaction or a conditional update with a long expression costs moto more than a "
-            "plain increment, so the requests alone bound bare writer / baseline at "
-            f"**{bound:,.0f}x** here, whatever the writer's own code.",
-        ]
+    by_operation = ", ".join(
+        f"{op} {ms:,.2f}" for op, ms in writer["requestCpuMsPer1000RecordsByOperation"].items()
+    )
+    own = writer["cpuMsPer1000Records"] - writer["requestCpuMsPer1000Records"]
+    bound = writer["requestCpuBoundVsBaseline"]
+    lines += [
+        "",
+        "Where the time goes (CPU ms per 1,000 records, both ends: the embedded AWS runs in "
+        f"the benchmark's process): the bare writer {writer['cpuMsPer1000Records']:,.2f}, of "
+        f"which its requests {writer['requestCpuMsPer1000Records']:,.2f} ({by_operation}) "
+        f"and its own code {own:,.2f}; the baseline's requests "
+        f"{baseline['requestCpuMsPer1000Records']:,.0f}. Locally a request costs CPU, and a "
+        "transaction or a conditional update with a long expression costs moto more than a "
+        "plain increment, so the requests alone bound bare writer / baseline at "
+        f"**{bound:,.0f}x** here, whatever the writer's own code.",
+    ]
     return lines
 
 

@@ -39,8 +39,8 @@ class IncomingRecord(NamedTuple):
     producer sent it again after an unknown outcome, so ingest looks the id up first.
 
     A named tuple, not a frozen dataclass: the ingest handler builds one per record of every
-    batch, and a frozen dataclass took 0.41 us to build against 0.13 (a third of the
-    handler's own CPU per batch besides the writer's)."""
+    batch, and a frozen dataclass took 0.41 us to build against 0.13 (0.28 ms a batch of
+    1,000, of the 1.35 ms the handler adds to the writer)."""
 
     partition_key: str
     data: bytes

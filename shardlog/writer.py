@@ -183,12 +183,10 @@ class LogWriter:
         acquired = self.leases.acquire(
             C.INGEST_GROUP, partition_id, owner or f"writer-{uuid.uuid4()}"
         )
-        from_memory = remembered is not None and remembered.still_holds(acquired)
-        if from_memory:
-            assert remembered is not None
-            partition, lease = remembered.partition, acquired
+        if remembered is not None and remembered.still_holds(acquired):
+            partition, lease, from_memory = remembered.partition, acquired, True
         else:
-            partition, lease = self._read_state(acquired)
+            (partition, lease), from_memory = self._read_state(acquired), False
         head = max(partition.next_seq, 0)
         checkpoint = lease.checkpoint
         after_checkpoint = _after(records, checkpoint)
@@ -428,10 +426,10 @@ class LogWriter:
                 raise LeaseLostError(
                     C.INGEST_GROUP, partition.partition_id, "commit fenced by leaseCounter"
                 ) from exc
-            if failed[:1] == [True] and batch.remembered:
-                self._commit_read_afresh(batch, exc)
-                return
             if failed[:1] == [True]:
+                if batch.remembered and self._read_afresh_unmoved(batch):
+                    self._commit(batch)  # once: the batch no longer comes from memory
+                    return
                 raise CommitConflictError(
                     f"partition {partition.partition_id} head moved from {batch.head} "
                     "under the commit",
@@ -442,18 +440,15 @@ class LogWriter:
                 aws_error_code=TRANSACTION_CANCELED,
             ) from exc
 
-    def _commit_read_afresh(self, batch: PreparedBatch, cause: ClientError) -> None:
+    def _read_afresh_unmoved(self, batch: PreparedBatch) -> bool:
         """A commit from remembered state found the partition changed without a lease write
-        (shard sync closed it): read the state as step 2 does and, the head being the one
-        the segments were cut at, commit again with what was read."""
+        (shard sync closed it): read the state as step 2 does and, when the head is still
+        the one the segments were cut at, take what was read for the batch (True)."""
         partition, _ = self._read_state(batch.lease)  # LeaseLostError if the lease moved
         if partition.next_seq != batch.head:
-            raise CommitConflictError(
-                f"partition {partition.partition_id} head moved from {batch.head} under the commit",
-                aws_error_code=TRANSACTION_CANCELED,
-            ) from cause
+            return False
         batch.partition, batch.remembered = partition, False
-        self._commit(batch)
+        return True
 
 
 def _after(records: Sequence[IncomingRecord], checkpoint: str | None) -> list[IncomingRecord]:

@@ -146,7 +146,8 @@ def test_round_trip(
         assert decoded.record_id == original.record_id
     pid_bytes = len(partition_id.encode("utf-8"))
     # In a segment where some record has an id, one without takes its id length too (0).
-    id_lengths = sum(r.record_id is None for r in records) if any_id(records) else 0
+    with_ids = any(r.record_id is not None for r in records)
+    id_lengths = sum(r.record_id is None for r in records) if with_ids else 0
     size = sum(map(encoded_record_size, records)) + id_lengths
     assert len(blob) == 28 + pid_bytes + size + 4
     # The decoder printed in docs/FORMAT.md reads the same thing.
@@ -163,10 +164,6 @@ def test_round_trip(
         )
         for i, r in enumerate(records)
     ]
-
-
-def any_id(records: list[IncomingRecord]) -> bool:
-    return any(r.record_id is not None for r in records)
 
 
 def test_encode_rejects_what_the_format_cannot_hold() -> None:

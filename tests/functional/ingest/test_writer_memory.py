@@ -10,6 +10,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from shardlog import constants as C
 from shardlog.clock import ManualClock
+from shardlog.exceptions import CommitConflictError
 from shardlog.partitions import close
 from shardlog.tables import Tables
 from shardlog.writer import LogWriter
@@ -122,3 +123,27 @@ def test_a_partition_item_without_a_state_is_open_to_a_commit_from_memory(aws: A
     assert _requests_of(aws, writer, 0, 5) == COLD
     assert _requests_of(aws, writer, 5, 5) == WARM
     assert log_kinesis_seqs(aws, P) == kinesis_seqs(incoming_records(10, start=0))
+
+
+def test_a_head_moved_without_a_lease_write_fails_the_remembered_commit(aws: AwsEnv) -> None:
+    """Nothing in shardlog moves a head without the lease; if something did, the commit from
+    memory is refused, the state read shows the head moved, and nothing of the batch counts
+    (the batch comes again and is read afresh)."""
+    register_partition(aws, P)
+    writer = _counted(aws)
+    writer.append(P, incoming_records(5, start=0))
+    aws.clients.dynamodb.update_item(
+        TableName=aws.config.partitions_table,
+        Key={C.ATTR_PARTITION_ID: {"S": P}},
+        UpdateExpression="SET #next = :moved",
+        ExpressionAttributeNames={"#next": C.ATTR_NEXT_SEQUENCE_NUMBER},
+        ExpressionAttributeValues={":moved": {"N": "6"}},
+    )
+    aws.requests.reset()
+    with pytest.raises(CommitConflictError, match="head moved from 5"):
+        writer.append(P, incoming_records(5, start=5))
+    assert aws.requests.snapshot() == COLD  # the refused commit, then the read: no retry
+    partition = Tables(aws.clients, aws.config.tables).get_partition(P)
+    assert partition is not None and partition.next_seq == 6
+    lease = Tables(aws.clients, aws.config.tables).get_lease(C.INGEST_GROUP, P)
+    assert lease is not None and lease.checkpoint == kinesis_seqs(incoming_records(1, start=4))[0]
