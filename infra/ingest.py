@@ -20,6 +20,8 @@ from shardlog import constants as C
 
 # Read actions the event source mapping performs with the function's role (Lambda docs,
 # "Kinesis execution role permissions"; kinesis:ListStreams is account-level and not needed).
+# The writer itself lists shards too: the look-up of a resent record learns a child's parents
+# from ListShards when shard sync has not recorded them yet (shardlog/dedupe.py).
 KINESIS_ESM_ACTIONS = [
     "kinesis:DescribeStream",
     "kinesis:DescribeStreamSummary",
@@ -35,6 +37,10 @@ SHARD_SYNC_KEY_SERVICES = ["kinesis", "dynamodb"]
 # The writer: GetObject of a leftover to adopt it, and conditional PutObject of segments:
 # only with If-None-Match (the bucket policy denies the rest to everyone, too).
 INGEST_S3_READ_ACTIONS = ["s3:GetObject"]
+# The look-up of a resent record lists a partition's segments back from its head: ListBucket
+# on the bucket, for keys under events/ only.
+INGEST_S3_LIST_ACTIONS = ["s3:ListBucket"]
+EVENTS_PREFIX_ONLY = {"StringLike": {"s3:prefix": [f"{C.EVENTS_PREFIX}*"]}}
 INGEST_S3_CREATE_ACTIONS = ["s3:PutObject"]
 IF_NONE_MATCH_SENT = {"Null": {"s3:if-none-match": "false"}}
 # The commit is a TransactWriteItems of two Update items; IAM checks each item as UpdateItem.
@@ -152,6 +158,13 @@ class Ingest(Construct):
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=INGEST_S3_CREATE_ACTIONS, resources=[events], conditions=IF_NONE_MATCH_SENT
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=INGEST_S3_LIST_ACTIONS,
+                resources=[storage.bucket.bucket_arn],
+                conditions=EVENTS_PREFIX_ONLY,
             )
         )
         storage.grant_consumer_items(role, INGEST_CONSUMERS_ACTIONS, C.INGEST_GROUP)

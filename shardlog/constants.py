@@ -174,6 +174,18 @@ DEFAULT_LEASE_DURATION_MS: Final = 60_000
 DEFAULT_DEDUPE_WINDOW_S: Final = 600
 ENV_DEDUPE_WINDOW_S: Final = "SHARDLOG_DEDUPE_WINDOW_S"
 METRIC_RECORDS_DEDUPLICATED: Final = "RecordsDeduplicated"
+# Resent records kept by a look-up its limits stopped before the window's start.
+METRIC_RESENT_UNCHECKED: Final = "ResentRecordsUnchecked"
+# The look-up's limits (shardlog/dedupe.py): at most this many GETs, bytes and
+# ListObjectsV2 requests per batch, with this many GETs in flight. A 600 s window of a shard
+# at Kinesis' full write rate (1 MiB/s; a batch a second, two when catching up) is at most
+# 1,200 segments and about 620 MiB with the envelopes: inside them. At 16 GETs in flight
+# that is 128 rounds of GETs, and 768 MiB at 80 MB/s about 10 s: a third of the ingest
+# function's 30 s timeout.
+DEDUPE_LOOKUP_MAX_SEGMENTS: Final = 2_048
+DEDUPE_LOOKUP_MAX_BYTES: Final = 768 * MIB
+DEDUPE_LOOKUP_MAX_LISTS: Final = 32
+DEDUPE_LOOKUP_PARALLEL: Final = 16
 DEFAULT_SEGMENT_MAX_RECORDS: Final = 10_000
 DEFAULT_SEGMENT_MAX_BYTES: Final = 16 * MIB
 

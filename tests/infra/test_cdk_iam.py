@@ -120,9 +120,16 @@ def test_ingest_role_grants(synth: Synthesized) -> None:
     assert grants[events] == {"s3:GetObject", "s3:PutObject"}
     assert grants[partitions] == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
     assert grants[consumers] == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
-    # Nothing on the bucket itself or any other prefix: the log is append-only for ingest.
+    # On the bucket itself only listing, of keys under events/ (the look-up of a resent
+    # record lists a partition's segments): the log is append-only for ingest.
     bucket_arn = str({"Fn::GetAtt": [synth.logical_id(storage.bucket), "Arn"]})
-    assert bucket_arn not in grants
+    assert grants[bucket_arn] == {"s3:ListBucket"}
+    (listing,) = [
+        s
+        for s in _statements(synth.template, synth.logical_id(synth.stack.ingest.ingest.role))
+        if s["Action"] == "s3:ListBucket"
+    ]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{C.EVENTS_PREFIX}*"]}}
 
 
 def test_shard_sync_role_grants(synth: Synthesized) -> None:

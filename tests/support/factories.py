@@ -7,12 +7,17 @@ import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from lambdas.ingest.handler import create_handler
+from lambdas.ingest.settings import IngestSettings
 from shardlog import constants as C
+from shardlog.aws import RequestCounter
 from shardlog.clock import Clock, ManualClock
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
 from shardlog.format import IncomingRecord, LogRecord
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.local.poller import EventSourcePoller, EventSourceSettings
 from shardlog.tables import partition_key
 from shardlog.writer import LogWriter, WriterSettings
 from tests.support.aws import AwsEnv
@@ -66,8 +71,10 @@ def kinesis_seqs(records: Sequence[IncomingRecord | LogRecord]) -> list[str]:
     return [r.kinesis_sequence_number for r in records]
 
 
-def writer_for(aws: AwsEnv, clock: Clock | None = None, **settings: int) -> LogWriter:
-    """A writer with its own clients (another 'process'), on the test's resources."""
+def writer_for(aws: AwsEnv, clock: Clock | None = None, **settings: Any) -> LogWriter:
+    """A writer with its own clients (another 'process'), on the test's resources (its
+    stream too: the look-up of resent records lists its shards for unrecorded lineage)."""
+    settings.setdefault("stream", aws.config.stream_name)
     return LogWriter(
         aws.fresh_clients(),
         WriterSettings(bucket=aws.config.bucket, tables=aws.config.tables, **settings),
@@ -137,6 +144,31 @@ def append(
         ),
         clock=clock,
     ).append(partition_id, records)
+
+
+def ingest_with_handler(aws: AwsEnv, clock: ManualClock, polls: int = 30) -> RequestCounter:
+    """The ingest handler on the stream's records through the local event source (parents
+    read to their end first, no batching window), ``polls`` rounds, every invocation a
+    success; the requests the handler made (the event source's own are not counted)."""
+    settings = IngestSettings(
+        bucket=aws.config.bucket,
+        partitions_table=aws.config.partitions_table,
+        consumers_table=aws.config.consumers_table,
+    )
+    handler_clients = aws.fresh_clients()
+    requests = RequestCounter().attach(handler_clients)
+    poller = EventSourcePoller(
+        aws.fresh_clients(),
+        aws.config.stream_name,
+        create_handler(settings, handler_clients, clock),
+        settings=EventSourceSettings(batching_window_ms=0),
+        clock=clock,
+    )
+    for _ in range(polls):
+        poller.poll_once()
+    assert poller.is_idle(), "records left undelivered"
+    assert poller.stats.failures == 0, "an ingest invocation failed"
+    return requests
 
 
 # --- consumer workers --------------------------------------------------------------------
