@@ -324,25 +324,18 @@ class LogWriter:
     def commit(self, batch: PreparedBatch) -> AppendResult:
         """Steps 4-5: head and checkpoint in one fenced transaction, then report."""
         ended = False
-        if batch.new_head == batch.head and reaches_end(batch.partition, batch.checkpoint):
-            # Nothing new, but the shard's end is reached (only dropped copies, or only
-            # redeliveries after a commit that reached it while the partition read OPEN):
-            # end it now, with the checkpoint, rather than leave it to shard sync.
-            self._commit(batch)
-            ended = True
-        elif batch.new_head == batch.head:
-            if batch.checkpoint != batch.lease.checkpoint:  # only dropped copies: pass them
-                assert batch.checkpoint is not None
-                update = self.leases.checkpoint_update(batch.lease, batch.checkpoint, release=True)
-                if not update_item(self.clients, update).written:
-                    raise LeaseLostError(
-                        C.INGEST_GROUP,
-                        batch.partition.partition_id,
-                        "checkpoint fenced by leaseCounter",
-                    )
-            else:
-                self.leases.release(batch.lease)
+        if (
+            batch.new_head == batch.head
+            and not batch.remembered
+            and not reaches_end(batch.partition, batch.checkpoint)
+        ):
+            self._pass_or_release(batch)
         else:
+            # New records; or nothing new but the end of a CLOSED shard reached (only
+            # dropped copies, or a redelivery after a commit that reached it while the
+            # partition read OPEN): the partition ends with the checkpoint, not at the next
+            # shard sync; or nothing new from remembered state, which may be stale on just
+            # that (shard sync closed the shard): the commit's still-OPEN condition finds it.
             self._commit(batch)
             ended = reaches_end(batch.partition, batch.checkpoint)
         self._remember(batch, ended)
@@ -360,6 +353,19 @@ class LogWriter:
             state_read=not batch.remembered,
             resent_unchecked=batch.resent_unchecked,
         )
+
+    def _pass_or_release(self, batch: PreparedBatch) -> None:
+        """Nothing new, the shard not ending here: the checkpoint passes the copies dropped
+        (they need not be looked up again), or, with none, the lease is just released."""
+        if batch.checkpoint == batch.lease.checkpoint:
+            self.leases.release(batch.lease)
+            return
+        assert batch.checkpoint is not None
+        update = self.leases.checkpoint_update(batch.lease, batch.checkpoint, release=True)
+        if not update_item(self.clients, update).written:
+            raise LeaseLostError(
+                C.INGEST_GROUP, batch.partition.partition_id, "checkpoint fenced by leaseCounter"
+            )
 
     def _remember(self, batch: PreparedBatch, ended: bool) -> None:
         """Keep what this commit left, for the next batch of the partition (step 2)."""

@@ -82,6 +82,37 @@ def writer_for(aws: AwsEnv, clock: Clock | None = None, **settings: Any) -> LogW
     )
 
 
+class ModelWriters:
+    """The writers of a model-based test, on its clients (where its fault hooks sit) and
+    clock: container 0 is a fresh writer every time (a cold Lambda container); container
+    ``c`` > 0 is a warm one that keeps its writer between batches, cutting segments of
+    ``c + 1`` records."""
+
+    def __init__(self, aws: AwsEnv, clock: Clock, lease_duration_ms: int, **settings: Any):
+        self.aws, self.clock = aws, clock
+        self.settings = {"lease_duration_ms": lease_duration_ms, **settings}
+        self.warm: dict[int, LogWriter] = {}
+
+    def writer(self, container: int = 0, segment_max_records: int = 3) -> LogWriter:
+        if container == 0:
+            return self.new(segment_max_records)
+        if container not in self.warm:
+            self.warm[container] = self.new(container + 1)
+        return self.warm[container]
+
+    def new(self, segment_max_records: int) -> LogWriter:
+        return LogWriter(
+            self.aws.clients,
+            WriterSettings(
+                bucket=self.aws.config.bucket,
+                tables=self.aws.config.tables,
+                segment_max_records=segment_max_records,
+                **self.settings,
+            ),
+            clock=self.clock,
+        )
+
+
 # --- partitions --------------------------------------------------------------------------
 def register_partition(
     aws: AwsEnv, partition_id: str, parents: tuple[str, ...] | None = None
