@@ -38,6 +38,7 @@ test: lint cdk-cli kclpy
 bench: $(STAMP)
 	$(BIN)/python bench/speed.py
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/dedupe.py
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/consume.py
 	$(BIN)/python bench/compact.py

@@ -203,10 +203,8 @@ MUTATIONS = (
         "lineage-independent-dedupe",
         "the look-up's parents from ListShards when shard sync has not recorded them yet",
         "shardlog/dedupe.py",
-        "        if partition_id not in self._listed:\n"
-        "            self._list(partition_id, stream)\n"
-        "        return self._listed.get(partition_id)",
-        "        return item.parents if item is not None else ()",
+        "            self._list(partition_id, stream)\n",
+        "            return item.parents if item is not None else ()  # never lists\n",
         IDEMPOTENCE,
         IDEMPOTENCE_MODEL,
     ),

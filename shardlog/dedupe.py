@@ -106,7 +106,7 @@ class Lineage:
 
     def __init__(self, clients: Clients) -> None:
         self.clients = clients
-        self._listed: dict[str, tuple[str, ...]] = {}
+        self._listed: dict[str, tuple[str, ...] | None] = {}  # None: not listed (trimmed)
 
     def parents(
         self, partition_id: str, item: PartitionInfo | None, stream: str | None
@@ -116,7 +116,8 @@ class Lineage:
             return item.parents
         if partition_id not in self._listed:
             self._list(partition_id, stream)
-        return self._listed.get(partition_id)
+            self._listed.setdefault(partition_id, None)  # not listed: no need to ask again
+        return self._listed[partition_id]
 
     def _list(self, partition_id: str, stream: str | None) -> None:
         if stream is None:
