@@ -53,6 +53,9 @@ from shardlog.segments import ListedSegment, SegmentStore, segment_key
 from shardlog.shardsync import list_shards, parents_of
 from shardlog.tables import PartitionInfo, Tables
 
+# What the look-up does on AWS, as IAM actions (the ingest role must grant them all):
+# ListObjectsV2 is s3:ListBucket, on keys under events/ only.
+LOOKUP_ACTIONS = ("s3:ListBucket", "s3:GetObject", "dynamodb:GetItem", "kinesis:ListShards")
 # Shards whose parents a Lineage keeps (a Lambda container sees a few): past this many it
 # forgets them and lists again when it needs one.
 REMEMBERED_SHARDS = 4096

@@ -13,6 +13,7 @@ from infra.consumers import ConsumerGroups
 from infra.settings import StackSettings
 from infra.storage import Storage
 from shardlog import constants as C
+from shardlog.dedupe import LOOKUP_ACTIONS
 from tests.infra.cdk_synth import Synthesized, cdk_context, logical_id
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
@@ -130,6 +131,15 @@ def test_ingest_role_grants(synth: Synthesized) -> None:
         if s["Action"] == "s3:ListBucket"
     ]
     assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{C.EVENTS_PREFIX}*"]}}
+
+
+def test_ingest_role_grants_what_the_look_up_of_a_resent_record_does(
+    synth: Synthesized,
+) -> None:
+    """The look-up lists segments, reads them and the ancestors' items, and lists the
+    stream's shards for lineage shard sync has not recorded (shardlog/dedupe.py)."""
+    granted = set().union(*_grants(synth, synth.stack.ingest.ingest.role).values())
+    assert set(LOOKUP_ACTIONS) <= granted
 
 
 def test_shard_sync_role_grants(synth: Synthesized) -> None:

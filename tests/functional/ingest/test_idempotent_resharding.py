@@ -12,6 +12,7 @@ import pytest
 
 from shardlog.aws import RequestCounter
 from shardlog.clock import ManualClock
+from shardlog.dedupe import LOOKUP_ACTIONS
 from shardlog.idempotence import wrap
 from shardlog.reader import LogReader
 from shardlog.shardsync import ShardSync, list_shards
@@ -20,6 +21,19 @@ from tests.support.aws import AwsEnv, make_env
 from tests.support.factories import ingest_with_handler
 
 Reshard = Callable[[AwsEnv], None]
+# The IAM action of each operation the handler sends (the ingest role grants them).
+_ACTIONS = {
+    "s3.ListObjectsV2": "s3:ListBucket",
+    "s3.GetObject": "s3:GetObject",
+    "dynamodb.GetItem": "dynamodb:GetItem",
+    "kinesis.ListShards": "kinesis:ListShards",
+}
+_WRITE_PATH = {
+    "dynamodb.UpdateItem",
+    "dynamodb.TransactGetItems",
+    "dynamodb.TransactWriteItems",
+    "s3.PutObject",
+}
 
 
 @pytest.fixture
@@ -101,8 +115,9 @@ def test_a_resend_into_a_child_before_shard_sync_is_dropped(
         put(aws, "b")
         ingest(aws, clock)
     child = put(aws, "a", resent=True)
-    ingest(aws, clock)
+    requests = ingest(aws, clock)
     assert child != parent and not lineage_recorded(aws, child)
+    assert {_ACTIONS.get(o, o) for o in requests.by_operation} <= _WRITE_PATH | set(LOOKUP_ACTIONS)
     logged = logged_ids(aws)
     assert [i for ids in logged.values() for i in ids if i == "a"] == ["a"], logged
     assert logged[parent] == ["a"]
