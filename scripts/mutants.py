@@ -225,6 +225,16 @@ MUTATIONS = (
         "if count < 0:",
         ("tests/unit/test_compaction_file_check.py", *SPARK),
     ),
+    Mutation(
+        "multilang-line-cap",
+        "the multi-language daemon reading a child's STDOUT at most max_line_bytes a line",
+        "shardlog/consumer/multilang.py",
+        "for raw in bounded_lines(stream, self.max_line_bytes):\n            if isinstance(raw, "
+        "OverlongLine):\n                self._lines.put(raw)",
+        "for raw in stream:\n            if isinstance(raw, OverlongLine):\n"
+        "                self._lines.put(raw)",
+        ("tests/functional/consumer/test_multilang.py",),
+    ),
 )
 
 
