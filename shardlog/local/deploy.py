@@ -132,11 +132,15 @@ def stack_outputs(clients: Clients, stack_name: str) -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
 
 
-def deploy(clients: Clients, assembly: Path, stack_name: str) -> Deployment:
-    """Deploy ``<assembly>/<stack_name>.template.json`` with its assets; wait until done."""
+def deploy(
+    clients: Clients, assembly: Path, stack_name: str, as_name: str | None = None
+) -> Deployment:
+    """Deploy ``<assembly>/<stack_name>.template.json`` with its assets (as ``as_name``, by
+    default the same name); wait until done."""
     account = clients.client("sts").get_caller_identity()["Account"]
     assets_bucket = publish_assets(clients, assembly, stack_name, account)
     template = json.loads((assembly / f"{stack_name}.template.json").read_text())
+    stack_name = as_name or stack_name
     cfn = clients.client("cloudformation")
     cfn.create_stack(
         StackName=stack_name, TemplateBody=json.dumps(template), Capabilities=CAPABILITIES
