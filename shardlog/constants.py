@@ -157,6 +157,19 @@ LAKE_QUERY_DEFAULT_LIMIT: Final = 1_000  # rows `shardlog lake query` prints by 
 LAKE_QUERY_MAX_LIMIT: Final = 1_000_000  # rows a lake query returns at most (held in memory)
 LAKE_QUERY_MAX_FILTER_VALUES: Final = 100  # values of --partition-key or --partition at most
 
+# --- stack outputs (stable CfnOutput names: infra/ writes them, `shardlog smoke` reads them) -
+OUTPUT_STREAM_NAME: Final = "StreamName"
+OUTPUT_BUCKET_NAME: Final = "BucketName"
+OUTPUT_PARTITIONS_TABLE: Final = "PartitionsTableName"
+OUTPUT_CONSUMERS_TABLE: Final = "ConsumersTableName"
+OUTPUT_API_URL: Final = "ProducerApiUrl"
+OUTPUT_EMR_APPLICATION_ID: Final = "EmrApplicationId"
+OUTPUT_EMR_EXECUTION_ROLE_ARN: Final = "EmrExecutionRoleArn"
+OUTPUT_JOB_SCRIPTS_URI: Final = "SparkJobScriptsUri"
+OUTPUT_LAMBDA_CONSUMERS: Final = "LambdaConsumerGroups"
+OUTPUT_ATHENA_WORKGROUP: Final = "AthenaWorkGroupName"
+OUTPUT_LAKE_TABLE: Final = "LakeTableName"  # <Glue database>.<table>
+
 # --- limits ------------------------------------------------------------------------
 MIB: Final = 1024 * 1024
 KINESIS_MAX_RECORDS_PER_PUT: Final = 500
