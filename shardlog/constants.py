@@ -158,6 +158,8 @@ LAKE_QUERY_MAX_LIMIT: Final = 1_000_000  # rows a lake query returns at most (he
 LAKE_QUERY_MAX_FILTER_VALUES: Final = 100  # values of --partition-key or --partition at most
 
 # --- stack outputs (stable CfnOutput names: infra/ writes them, `shardlog smoke` reads them) -
+DEFAULT_STACK_NAME: Final = "Shardlog"  # the CDK app's stack (context shardlog:stackName)
+ENV_STACK_NAME: Final = "SHARDLOG_STACK_NAME"  # `shardlog smoke --stack-name`
 OUTPUT_STREAM_NAME: Final = "StreamName"
 OUTPUT_BUCKET_NAME: Final = "BucketName"
 OUTPUT_PARTITIONS_TABLE: Final = "PartitionsTableName"

@@ -50,6 +50,7 @@ SHARD_SYNC = "lambdas.shard_sync.handler.handler"
 PRODUCER_API = "lambdas.producer_api.handler.handler"
 RUNNER = "lambdas.lambda_consumer.handler.handler"
 WAKER = "lambdas.consumer_waker.handler.handler"
+MIN_PAUSE_S = 0.02
 SWEEP_EVENT = {"source": "aws.scheduler", "detail-type": "Scheduled Event"}
 
 
@@ -108,6 +109,7 @@ class DeployedRuntime:
         self.runners: dict[str, SqsEventSource] = {}
         self._last_sweep_ms: int | None = None
         self._idle = threading.Event()  # never set: waits on it are bounded pauses
+        self._pause_s = MIN_PAUSE_S
 
     # --- set-up ----------------------------------------------------------------------------
     def start(self) -> DeployedRuntime:
@@ -239,10 +241,14 @@ class DeployedRuntime:
 
     def wait(self, seconds: float) -> None:
         """What a caller's wait does while this runtime stands for AWS: one step of every
-        source, then, if nothing was there to do, a pause of at most ``seconds`` (the
-        batching window and Spark runs take real time)."""
-        if self.poll_once() == 0:
-            self._idle.wait(min(seconds, 0.05))
+        source, then, if nothing was there to do, a pause (the batching window and Spark
+        runs take real time) that doubles while nothing happens, up to ``seconds``, so an
+        idle runtime leaves the cores to a Spark run."""
+        if self.poll_once():
+            self._pause_s = MIN_PAUSE_S
+            return
+        self._idle.wait(min(seconds, self._pause_s))
+        self._pause_s = min(2 * self._pause_s, max(seconds, MIN_PAUSE_S))
 
     def settle(self, timeout_s: float) -> bool:
         """Step (bounded) until a step finds nothing to do and the poller holds no record:

@@ -5,6 +5,7 @@ environment (shardlog.local.deployed): what AWS would run, run here.
 - The demo's verification (shardlog/verify.py) against the deployed bucket and tables:
   records produced through the deployed stream and producer API, across a split of the
   deployed stream, each exactly once and each key in order.
+- `shardlog smoke`'s steps (shardlog/smoke), every one of them passing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from shardlog.demo import demo_records, reshard
 from shardlog.local.deployed import DeployedRuntime
 from shardlog.producer import Producer, PutResult
 from shardlog.reader import LogReader
+from shardlog.smoke import STEPS, SmokeTest
+from shardlog.smoke.counts import row_counter
 from shardlog.stack import DeployedStack
 from shardlog.tables import Tables
 from shardlog.verify import verify_log
@@ -97,3 +100,32 @@ def test_the_demos_verification_holds_on_the_deployed_resources(
     assert result.ok, result.violations
     assert result.records == RECORDS
     assert len(partitions) >= 3  # the parent and its two children
+
+
+def test_the_smoke_test_passes_against_the_deployed_stack(
+    stack: DeployedStack, runtime: DeployedRuntime, functions: dict[str, GroupFunction]
+) -> None:
+    """`shardlog smoke`'s steps against the deployed stack, with the runtime standing for AWS
+    (the smoke's waits step it) and one real compaction run (local spark-submit); the row
+    count through pyiceberg, as the CLI counts on the embedded AWS."""
+    clients = stack.config().clients()
+    smoke = SmokeTest(
+        stack,
+        clients,
+        row_counter(stack, clients),
+        api_url=runtime.api_url,
+        wait=runtime.wait,
+        timeout_s=120,
+        poll_s=1.0,  # the runtime's pause grows to it while nothing happens
+    )
+    report = smoke.run()
+    assert report.ok, [(r.step, r.line) for r in report.steps]
+    assert [r.step for r in report.steps] == list(STEPS)
+    lines = {r.step: r.line for r in report.steps}
+    assert "20 rows, 20 record ids in shardlog.events (pyiceberg" in lines["athena"]
+    assert "audit, invoices" in lines["lambda-consumers"]
+    # What the groups' functions got: each smoke record once.
+    sent = sorted(r.record.data for r in smoke.produced)
+    for group, function in functions.items():
+        got = [data for key, data in function.received if smoke.run_id in key]
+        assert sorted(got) == sent, group
