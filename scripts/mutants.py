@@ -235,6 +235,31 @@ MUTATIONS = (
         "                self._lines.put(raw)",
         ("tests/functional/consumer/test_multilang.py",),
     ),
+    Mutation(
+        "mapping-detach",
+        "the embedded AWS's event source mappings leaving a stream's records and a queue's "
+        "messages to the local event sources",
+        "shardlog/local/event_source_mappings.py",
+        "            detach(mapping)\n",
+        "",
+        ("tests/functional/local/test_event_source_mappings.py",),
+    ),
+    Mutation(
+        "smoke-read-back-once",
+        "the smoke test's read-back refusing a record id read more than once",
+        "shardlog/smoke/steps.py",
+        "if len(copies) > 1)",
+        "if len(copies) > 2)",
+        ("tests/unit/test_smoke.py",),
+    ),
+    Mutation(
+        "smoke-committed-check",
+        "the smoke test waiting until the ingest checkpoint is past its own records",
+        "shardlog/smoke/steps.py",
+        "if checkpoint is None or not checkpoint.isdigit() or int(checkpoint) < seq:",
+        "if checkpoint is None:",
+        ("tests/infra/test_smoke.py",),
+    ),
 )
 
 

@@ -27,6 +27,7 @@ from shardlog.smoke.counts import row_counter
 from shardlog.stack import DeployedStack
 from shardlog.tables import Tables
 from shardlog.verify import verify_log
+from tests.infra.shipped import put_foreign_records
 
 RECORDS = 400
 KEYS = 40
@@ -55,7 +56,9 @@ def functions(stack: DeployedStack) -> dict[str, GroupFunction]:
 @pytest.fixture(scope="module")
 def runtime(stack: DeployedStack, functions: dict[str, GroupFunction]) -> Iterator[DeployedRuntime]:
     with DeployedRuntime(stack, group_functions=functions) as running:
-        # Whatever other tests put into the deployed stream is ingested first.
+        # Whatever other tests put into the deployed stream is ingested first, and another
+        # producer's records besides: the checks must look past them.
+        put_foreign_records(stack)
         assert running.settle(timeout_s=30)
         yield running
 

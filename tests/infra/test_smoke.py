@@ -24,6 +24,7 @@ from shardlog.smoke import AthenaCount, SmokeTest, StepFailed
 from shardlog.smoke.counts import count_query
 from shardlog.smoke.steps import API, smoke_records
 from shardlog.stack import DeployedStack
+from tests.infra.shipped import put_foreign_records
 
 
 def ignore(_event: dict[str, Any], _context: Any) -> dict[str, Any]:
@@ -32,9 +33,13 @@ def ignore(_event: dict[str, Any], _context: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def idle(stack: DeployedStack) -> Iterator[DeployedRuntime]:
-    """The deployed API behind a local server; nothing ingests."""
+    """The deployed API behind a local server; nothing ingests once every open shard has an
+    ingest checkpoint (of another producer's record), so that a check that only looked for
+    a checkpoint would pass."""
     groups = dict.fromkeys(stack.lambda_consumer_groups, ignore)
     with DeployedRuntime(stack, group_functions=groups) as runtime:
+        put_foreign_records(stack)
+        assert runtime.settle(timeout_s=30)
         yield runtime
 
 
