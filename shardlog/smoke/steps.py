@@ -193,11 +193,14 @@ class SmokeTest:
     # --- 1, 2: produce -------------------------------------------------------------------
     def produce_api(self) -> str:
         self._heads_before()
-        api = ApiClient(
-            self.api_url, session=self.clients.session, region=self.clients.region, idempotent=True
-        )
+        api = self.api_client()
         records = smoke_records(self.run_id, API)
         return self._produced("produce-api", records, api.put_records([r.record for r in records]))
+
+    def api_client(self) -> ApiClient:
+        """The producer API's client: SigV4-signed with this session's credentials unless the
+        URL is on loopback, for the region in an execute-api URL (else the session's)."""
+        return ApiClient(self.api_url, session=self.clients.session, idempotent=True)
 
     def produce_sdk(self) -> str:
         producer = Producer(self.config.stream_name, self.clients, idempotent=True)

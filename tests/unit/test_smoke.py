@@ -1,12 +1,18 @@
-"""The smoke test's checks on what it read back, its records and its Athena query."""
+"""The smoke test's checks on what it read back, its records, its Athena query and how it
+calls the producer API."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import boto3
 import pytest
 
-from shardlog.smoke.counts import CountFailed, _parse, count_query
+from shardlog import constants as C
+from shardlog.aws import Clients
+from shardlog.lake.settings import LakeSettings
+from shardlog.smoke import SmokeTest
+from shardlog.smoke.counts import CountFailed, LakeCount, _parse, count_query
 from shardlog.smoke.steps import (
     API,
     KEYS_PER_PATH,
@@ -16,6 +22,7 @@ from shardlog.smoke.steps import (
     _exactly_once,
     smoke_records,
 )
+from shardlog.stack import REQUIRED_OUTPUTS, DeployedStack
 
 RUN = "20260101T000000-abcdef"
 Found = dict[str, list[tuple[str, int, bytes]]]
@@ -90,3 +97,19 @@ def test_the_count_query_and_its_answer() -> None:
         _parse([header], "here")
     with pytest.raises(ValueError, match=r"<database>\.<table>"):
         count_query("events", ["a"], since)
+
+
+def test_the_api_is_called_signed_in_the_urls_region() -> None:
+    """On AWS the producer API takes SigV4 only: the smoke signs with its session's
+    credentials, for the region the execute-api URL names."""
+    url = "https://abc123.execute-api.eu-west-1.amazonaws.com/prod/"
+    outputs = {key: "{}" for key in REQUIRED_OUTPUTS} | {C.OUTPUT_API_URL: url}
+    stack = DeployedStack("Shardlog", outputs, region="us-east-1")
+    session = boto3.session.Session(
+        aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret", region_name="us-east-1"
+    )
+    test = SmokeTest(stack, Clients(session), LakeCount(LakeSettings()))
+    request = test.api_client().prepare("POST", "/v1/records", b"{}")
+    authorization = request.get_header("Authorization")
+    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+    assert "/eu-west-1/execute-api/aws4_request" in authorization
