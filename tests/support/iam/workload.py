@@ -175,18 +175,23 @@ def _consume_with_workers(runtime: Any, group: str) -> None:
 
     clients = runtime.config.clients(principals.consumer_group(group))
     worker = Worker(group, handle, runtime.config, settings=settings, clock=clock, clients=clients)
-    partitions = tables.list_partitions()
     for _ in range(200):
         worker.run_once()
         clock.advance(1)
-        leases = {lease.partition_id: lease.checkpoint for lease in tables.list_leases(group)}
-        if all(
-            leases.get(p.partition_id)
-            == (C.SHARD_END if p.state == C.STATE_ENDED else str(p.next_seq))
-            for p in partitions
-        ):
+        if _at_the_head(tables, group):
             break
     worker.shutdown()
+
+
+def _at_the_head(tables: Tables, group: str) -> bool:
+    """Every partition consumed: its lease at SHARD_END or at the head (no lease, or no
+    checkpoint yet, is seq 0: an empty open partition)."""
+    leases = {lease.partition_id: lease.checkpoint for lease in tables.list_leases(group)}
+    for p in tables.list_partitions():
+        wanted = C.SHARD_END if p.state == C.STATE_ENDED else str(p.next_seq)
+        if (leases.get(p.partition_id) or "0") != wanted:
+            return False
+    return True
 
 
 def _wait_lambda_consumers(runtime: Any) -> None:
@@ -205,17 +210,7 @@ def _wait_lambda_consumers(runtime: Any) -> None:
 def _runners_idle(runtime: Any) -> bool:
     """Every group's lease is at the head of every partition (or SHARD_END)."""
     tables = Tables(runtime.clients, runtime.config.tables)
-    partitions = tables.list_partitions()
-    for group in runtime.lambda_consumers.groups:
-        leases = {
-            lease.partition_id: lease.checkpoint
-            for lease in tables.list_leases(group.settings.group)
-        }
-        for p in partitions:
-            wanted = C.SHARD_END if p.state == C.STATE_ENDED else str(p.next_seq)
-            if leases.get(p.partition_id) != wanted:
-                return False
-    return True
+    return all(_at_the_head(tables, g.settings.group) for g in runtime.lambda_consumers.groups)
 
 
 def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames) -> None:
