@@ -14,6 +14,7 @@ from shardlog import constants as C
 from shardlog.config import principal_key, principal_of_key
 from shardlog.local import principals, request_log
 from tests.support.aws import AwsEnv
+from tests.support.iam.audit import audit
 from tests.support.iam.authorize import Scope, UnknownOperation, needs
 from tests.support.iam.calls import read_call
 from tests.support.iam.deployment import Deployment
@@ -201,3 +202,41 @@ def test_a_missing_key_needs_list_bucket_to_be_a_404(aws: AwsEnv, deployment: De
         f"arn:aws:s3:::{aws.config.bucket}",
     )
     assert "s3:prefix" not in listing.context and "404" in listing.why
+
+
+def test_the_audit_of_a_test_run_names_an_action_no_statement_allows(aws: AwsEnv) -> None:
+    """The whole-run audit checks actions only: a runner of a group the stack does not have
+    stands for the stack's group; an action none of its statements allows is reported."""
+    role = {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {}}}
+    policy = {
+        "Type": "AWS::IAM::Policy",
+        "Properties": {
+            "Roles": [{"Ref": "RunnerRole"}],
+            "PolicyDocument": {
+                "Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}]
+            },
+        },
+    }
+    runner = {
+        "Type": "AWS::Lambda::Function",
+        "Properties": {
+            "Handler": "lambdas.lambda_consumer.handler.handler",
+            "Role": {"Fn::GetAtt": ["RunnerRole", "Arn"]},
+        },
+    }
+    groups = {"Value": {"Fn::Join": ["", ['{"billing":{"runner":"', {"Ref": "Runner"}, '"}}']]}}
+    deployment = Deployment(
+        {
+            "Resources": {"RunnerRole": role, "RunnerPolicy": policy, "Runner": runner},
+            "Outputs": {"LambdaConsumerGroups": groups},
+        }
+    )
+    principal = principals.function("lambdas.lambda_consumer.handler", "some-test-group")
+    clients = aws.config.clients(principal)
+    with request_log.recording() as recording:
+        clients.s3.list_objects_v2(Bucket=aws.config.bucket, Prefix="events/")
+        clients.s3.put_object(Bucket=aws.config.bucket, Key="x", Body=b"x")
+    report, problems = audit(recording.records, deployment)
+    assert "s3:ListBucket (1x)" in report and "s3:PutObject (1x)" in report
+    (problem,) = problems
+    assert problem.startswith(f"- {principal}: s3:PutObject is allowed by none of its statements")
