@@ -31,20 +31,26 @@ from tests.support.iam.policy import action_matches, as_list
 
 
 def stand_in_identity(deployment: Deployment, principal: str) -> Identity:
-    """The principal's identity, or for a group the template doesn't have, the identity of
-    the test stack's first group of that kind."""
+    """The principal's identity, or for a group the template doesn't have, one that holds
+    the statements of every group of that kind in the test stack (their destinations differ:
+    a queue, a topic)."""
     try:
         return deployment.identity(principal)
     except TemplateError:
         pass
     if "#" in principal:
         handler = principal.split("#", 1)[0]
-        for group in _groups(deployment, "LambdaConsumerGroups"):
-            return deployment.identity(f"{handler}#{group}")
-    if principal.startswith(principals.CONSUMER_GROUP):
-        for group in _groups(deployment, "ConsumerGroupPolicyArns"):
-            return deployment.identity(principals.consumer_group(group))
-    raise TemplateError(f"{principal}: no identity of the template stands for it")
+        kind = [f"{handler}#{g}" for g in _groups(deployment, "LambdaConsumerGroups")]
+    elif principal.startswith(principals.CONSUMER_GROUP):
+        groups = _groups(deployment, "ConsumerGroupPolicyArns")
+        kind = [principals.consumer_group(g) for g in groups]
+    else:
+        kind = []
+    if not kind:
+        raise TemplateError(f"{principal}: no identity of the template stands for it")
+    identities = [deployment.identity(p) for p in kind]
+    statements = tuple(s for identity in identities for s in identity.statements)
+    return Identity(principal, identities[0].arn, statements, identities[0].role_id)
 
 
 def _groups(deployment: Deployment, output: str) -> list[str]:
