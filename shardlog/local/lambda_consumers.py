@@ -135,7 +135,9 @@ class LocalLambdaConsumers:
                 group.function,
                 group.target,
                 self.clients.region,
-                on_invoke=_invoke_request(runner, group.settings.function_name),
+                on_invoke=_invoke_request(
+                    runner, group.settings.function_name, self.config.endpoint_url or ""
+                ),
             )
             handler = create_runner(
                 settings, self.config.clients(runner), self.clock, invoker=invoker
@@ -265,7 +267,7 @@ class LocalLambdaConsumers:
         }
 
 
-def _invoke_request(principal: str, function_name: str) -> Callable[[], None]:
+def _invoke_request(principal: str, function_name: str, endpoint: str) -> Callable[[], None]:
     """The Lambda Invoke an in-process call stands for, as the embedded AWS would record it."""
 
     def record() -> None:
@@ -274,6 +276,7 @@ def _invoke_request(principal: str, function_name: str) -> Callable[[], None]:
             "lambda",
             "Invoke",
             {"FunctionName": function_name, "InvocationType": "RequestResponse"},
+            endpoint,
         )
 
     return record

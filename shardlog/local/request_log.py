@@ -6,7 +6,8 @@ anyway, the server records each request signed by a named local principal
 (``shardlog.local.principals``; the access key id names it, ``shardlog.config``): who, the
 service of the signature's scope, method, path, query string, the headers IAM conditions read,
 the body of JSON and form requests (the parameters), and the status it answered. Requests
-signed otherwise (a test's own set-up, a CLI user) are not recorded. The middleware sees every
+signed otherwise (a test's own set-up, a CLI user) are not recorded. Each record names the
+host it was sent to, so a listener can keep one embedded AWS's requests. The middleware sees every
 client: boto3, pyiceberg's Glue client, pyarrow's S3 filesystem, the Spark jobs' processes.
 
 Some calls of the local runtime stand in for an AWS request it cannot make: a Lambda consumer
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from shardlog import constants as C
 from shardlog.config import principal_of_key
@@ -88,11 +90,15 @@ def recording() -> Iterator[Recording]:
         remove_listener(found)
 
 
-def stand_in(principal: str, service: str, operation: str, params: dict[str, Any]) -> None:
-    """Record the AWS request a local in-process call stands for."""
+def stand_in(
+    principal: str, service: str, operation: str, params: dict[str, Any], endpoint: str
+) -> None:
+    """Record the AWS request a local in-process call stands for, as if sent to ``endpoint``
+    (the embedded AWS the caller's other requests go to)."""
     _emit(
         {
             "principal": principal,
+            "host": urlparse(endpoint).netloc,
             "service": service,
             "operation": operation,
             "params": params,
@@ -201,6 +207,7 @@ def _request_record(
     query = str(environ.get("QUERY_STRING", ""))
     record: Record = {
         "principal": principal,
+        "host": str(environ.get("HTTP_HOST", "")),
         "service": service,
         "region": region,
         "method": str(environ.get("REQUEST_METHOD", "")),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 from botocore.exceptions import ClientError
@@ -38,6 +39,7 @@ def test_only_named_principals_are_recorded_with_their_calls(aws: AwsEnv) -> Non
         named.s3.list_objects_v2(Bucket=aws.config.bucket, Prefix="events/")
     (record,) = recording.records
     assert record["principal"] == INGEST
+    assert record["host"] == urlparse(aws.config.endpoint_url or "").netloc  # which server
     call = read_call(record)
     assert (call.service, call.operation, call.status) == ("s3", "ListObjectsV2", 200)
     assert call.params["Prefix"] == "events/"

@@ -27,6 +27,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
 
@@ -55,6 +56,7 @@ TIMEOUT_S = 120.0
 class LocalNames:
     """Physical names on the embedded AWS, for ``Deployment``'s binding."""
 
+    endpoint: str = ""  # the workload's own embedded AWS (host:port)
     bucket: str = ""
     partitions_table: str = ""
     partitions_stream_arn: str = ""
@@ -240,7 +242,11 @@ def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames) -> None:
         started = {}
         for job in jobs:
             request_log.stand_in(
-                principals.SCHEDULER, "lambda", "Invoke", {"FunctionName": trigger_arn}
+                principals.SCHEDULER,
+                "lambda",
+                "Invoke",
+                {"FunctionName": trigger_arn},
+                runtime.config.endpoint_url,
             )
             answer = trigger({"job": job, "scheduledTime": now}, _context())
             started[job] = answer["jobRunId"]
@@ -281,6 +287,7 @@ def _context() -> Any:
 
 def _names(runtime: Any, names: LocalNames) -> None:
     config = runtime.config
+    names.endpoint = urlparse(config.endpoint_url).netloc
     names.bucket, names.stream = config.bucket, config.stream_name
     names.partitions_table, names.consumers_table = config.partitions_table, config.consumers_table
     table = runtime.clients.dynamodb.describe_table(TableName=config.partitions_table)["Table"]
