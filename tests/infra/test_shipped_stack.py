@@ -28,7 +28,7 @@ from shardlog import constants as C
 from shardlog.config import ShardlogConfig
 from shardlog.local import cloudformation
 from shardlog.local.deploy import Deployment, deploy
-from shardlog.local.embedded import resource_specs
+from shardlog.local.embedded import EmbeddedAWS, resource_specs
 from shardlog.local.http_api import to_proxy_event
 from shardlog.stack import DeployedStack
 from tests.infra.cdk_synth import Synthesized
@@ -40,8 +40,12 @@ TRACE_ID = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sam
 
 
 @pytest.fixture(scope="module")
-def config(endpoint_url: str) -> ShardlogConfig:
-    return ShardlogConfig(endpoint_url=endpoint_url)
+def config() -> Iterator[ShardlogConfig]:
+    """An embedded AWS of its own: the template names account-wide resources (the Glue
+    database, the Athena workgroup) that another test of the session may have created."""
+    embedded = EmbeddedAWS()
+    yield ShardlogConfig(endpoint_url=embedded.start())
+    embedded.stop()
 
 
 @pytest.fixture(scope="module")
