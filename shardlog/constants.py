@@ -20,6 +20,11 @@ ENV_SEGMENT_MAX_BYTES: Final = "SHARDLOG_SEGMENT_MAX_BYTES"
 ENV_ENDPOINT_URL: Final = "AWS_ENDPOINT_URL"  # the standard AWS SDK variable
 ENV_REGION: Final = "AWS_REGION"
 ENV_DEBUG: Final = "SHARDLOG_DEBUG"  # the CLI shows tracebacks (as --debug does)
+# Against the embedded AWS only: whose stand-in credentials this process signs with (the local
+# EMR Serverless sets it for a job run), and where the embedded AWS writes every request it
+# serves, attributed to its principal (shardlog.local.request_log; a directory).
+ENV_LOCAL_PRINCIPAL: Final = "SHARDLOG_LOCAL_PRINCIPAL"
+ENV_REQUEST_LOG: Final = "SHARDLOG_REQUEST_LOG"
 
 # --- default resource names (the stack and the local runtime use these) ----
 DEFAULT_STREAM_NAME: Final = "shardlog-events"

@@ -214,12 +214,13 @@ class DeployedRuntime:
         self.waker = create_waker(
             WakerSettings.from_env(waker.environment), self._own(), self.clock
         )
+        mapping = self._mapping(waker, "dynamodb")  # the partitions table's stream
         self.waker_stream = DynamoDbStreamSource(
             self.clients,
-            self.config.partitions_table,
+            mapping["EventSourceArn"],
             self.waker,
             function_name=waker.name,
-            batch_size=self._mapping(waker, "dynamodb")["BatchSize"],
+            batch_size=mapping["BatchSize"],
             clock=self.clock,
         ).start()
 

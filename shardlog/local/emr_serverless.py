@@ -17,7 +17,9 @@ sparkSubmitParameters that only make sense on EMR (``spark.archives`` from S3, t
 ``spark.emr-serverless.*`` settings, the Python interpreter and path of the archive) are
 dropped: locally the job runs with this virtualenv's interpreter, whose packages are what
 the archive ships on EMR. Other ``--conf`` pairs pass through. pyspark is imported only
-when a run starts. Logs: ``<tmp>/shardlog-emr-serverless/<job run id>/spark-submit.log``.
+when a run starts. The run's processes sign as the execution role's local stand-in
+(``shardlog.local.principals.SPARK_JOBS``). Logs:
+``<tmp>/shardlog-emr-serverless/<job run id>/spark-submit.log``.
 
 **As shipped** (``run_as_shipped(python)``): a run then uses what its StartJobRun names
 instead of this virtualenv. The ``spark.archives`` object is read from the embedded S3 and
@@ -45,6 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from moto.emrserverless import models as emr_models
+
+from shardlog import constants as C
+from shardlog.local import principals
 
 LOG_ROOT = Path(tempfile.gettempdir()) / "shardlog-emr-serverless"
 LOCAL_MASTER = "local[2]"
@@ -196,13 +201,15 @@ def _environment(job_run: Any, shipped: Path | None = None) -> dict[str, str]:
         PYARROW_IGNORE_TIMEZONE="1",
         SPARK_LOCAL_IP="127.0.0.1",  # the driver and its block manager stay on loopback
     )
-    env.pop("PYTHONPATH", None)
-    if shipped is not None:
+    if shipped is not None:  # nothing of this environment's path: only what the run names
+        env.pop("PYTHONPATH", None)
         params = job_run.job_driver["sparkSubmit"].get("sparkSubmitParameters")
         driver_path = submitted_conf(params).get(_DRIVER_PYTHONPATH)
         if driver_path:
             env["PYTHONPATH"] = driver_path
         env["SPARK_HOME"] = str(spark_submit_executable().parent.parent)
+    # The driver and its executors sign as the execution role, as on EMR Serverless.
+    env[C.ENV_LOCAL_PRINCIPAL] = principals.SPARK_JOBS
     return env
 
 

@@ -41,8 +41,9 @@ TRACE_ID = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sam
 
 
 @pytest.fixture(scope="module")
-def config(endpoint_url: str) -> ShardlogConfig:
-    return ShardlogConfig(endpoint_url=endpoint_url)
+def config(stack: DeployedStack) -> ShardlogConfig:
+    """The deployed stack's embedded AWS and region (tests/infra/conftest.py)."""
+    return ShardlogConfig(endpoint_url=stack.endpoint_url, region=stack.region)
 
 
 def test_the_stack_deploys_and_every_skipped_type_is_explained(

@@ -45,7 +45,8 @@ def idle(stack: DeployedStack) -> Iterator[DeployedRuntime]:
 
 def smoke(stack: DeployedStack, api_url: str, *options: str) -> Any:
     args = ["--state-file", "/nonexistent/local.json", "smoke", "--stack-name", stack.name]
-    args += ["--endpoint-url", str(stack.endpoint_url), "--api-url", api_url, *options]
+    args += ["--endpoint-url", str(stack.endpoint_url), "--region", stack.region]
+    args += ["--api-url", api_url, *options]
     return CliRunner().invoke(cli, args, catch_exceptions=False)
 
 
