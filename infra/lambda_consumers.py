@@ -53,12 +53,12 @@ STREAM_READ_ACTIONS = [
 RUNNER_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
 # Its group's leases: create (PutItem), take/renew/checkpoint/release (UpdateItem), read.
 RUNNER_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
-# The SQS event source mapping's actions on the wake queue, plus sending (rewake, children).
+# The SQS event source mapping's actions on the wake queue (Lambda's documented three), plus
+# sending (rewake, children). A failed wake is left to reappear: no ChangeMessageVisibility.
 WAKE_QUEUE_ACTIONS = [
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",
     "sqs:GetQueueAttributes",
-    "sqs:ChangeMessageVisibility",
     "sqs:SendMessage",
 ]
 

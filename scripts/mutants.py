@@ -43,6 +43,8 @@ CONSUMER = ("tests/functional/consumer", "tests/unit")
 LAMBDA_CONSUMER = ("tests/functional/lambda_consumer",)
 SPARK = ("tests/spark",)
 WRITER_MODEL = ("tests/functional/ingest/test_writer_model.py",)
+# The IAM replay: the synthesized policies against every recorded call of the workload.
+IAM_REPLAY = ("tests/infra/test_iam_replay.py",)
 CONSUMER_MODELS = (
     "tests/functional/consumer/test_model.py",
     "tests/functional/lambda_consumer/test_model.py",
@@ -310,6 +312,107 @@ MUTATIONS = (
         "if (count, low, high) != (plan.records, plan.start, plan.end - 1):",
         "if count < 0:",
         ("tests/unit/test_compaction_file_check.py", *SPARK),
+    ),
+    Mutation(
+        "multilang-line-cap",
+        "the multi-language daemon reading a child's STDOUT at most max_line_bytes a line",
+        "shardlog/consumer/multilang.py",
+        "for raw in bounded_lines(stream, self.max_line_bytes):\n            if isinstance(raw, "
+        "OverlongLine):\n                self._lines.put(raw)",
+        "for raw in stream:\n            if isinstance(raw, OverlongLine):\n"
+        "                self._lines.put(raw)",
+        ("tests/functional/consumer/test_multilang.py",),
+    ),
+    Mutation(
+        "mapping-detach",
+        "the embedded AWS's event source mappings leaving a stream's records and a queue's "
+        "messages to the local event sources",
+        "shardlog/local/event_source_mappings.py",
+        "            detach(mapping)\n",
+        "",
+        ("tests/functional/local/test_event_source_mappings.py",),
+    ),
+    Mutation(
+        "smoke-read-back-once",
+        "the smoke test's read-back refusing a record id read more than once",
+        "shardlog/smoke/steps.py",
+        "if len(copies) > 1)",
+        "if len(copies) > 2)",
+        ("tests/unit/test_smoke.py",),
+    ),
+    Mutation(
+        "smoke-committed-check",
+        "the smoke test waiting until the ingest checkpoint is past its own records",
+        "shardlog/smoke/steps.py",
+        "if checkpoint is None or not checkpoint.isdigit() or int(checkpoint) < seq:",
+        "if checkpoint is None:",
+        ("tests/infra/test_smoke.py",),
+    ),
+    # The IAM replay: one action taken from one role, per function (a statement keeps another
+    # action where removing its only one would leave it empty, which synth refuses).
+    Mutation(
+        "iam-ingest-commit",
+        "ingest's UpdateItem of the partitions table (its commit transaction's head update)",
+        "infra/ingest.py",
+        'INGEST_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]',
+        'INGEST_PARTITIONS_ACTIONS = ["dynamodb:GetItem"]',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-shard-sync-scan",
+        "shard sync's Scan of the partitions table (its listing of every partition)",
+        "infra/ingest.py",
+        '["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"]',
+        '["dynamodb:GetItem", "dynamodb:UpdateItem"]',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-producer-put-records",
+        "the producer function's kinesis:PutRecords",
+        "infra/producer_api.py",
+        'PRODUCER_KINESIS_ACTIONS = ["kinesis:PutRecords"]',
+        'PRODUCER_KINESIS_ACTIONS = ["kinesis:DescribeStreamSummary"]',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-waker-stream-read",
+        "the waker's dynamodb:GetRecords of the partitions stream (its event source)",
+        "infra/lambda_consumers.py",
+        '    "dynamodb:GetRecords",\n',
+        "",
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-runner-lease-create",
+        "a Lambda consumer runner's PutItem of its group's lease items",
+        "infra/lambda_consumers.py",
+        '= ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]',
+        '= ["dynamodb:GetItem", "dynamodb:UpdateItem"]',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-trigger-pass-role",
+        "the Spark trigger's iam:PassRole of the execution role (StartJobRun passes it)",
+        "infra/analytics.py",
+        'actions=["iam:PassRole"],',
+        'actions=["iam:GetRole"],',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-spark-lake-commit",
+        "the Spark jobs' glue:UpdateTable (the lake table's commit)",
+        "infra/analytics.py",
+        '"glue:CreateTable", "glue:UpdateTable"]',
+        '"glue:CreateTable"]',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-worker-lease-query",
+        "a consumer group's managed policy: Query of the group's leases",
+        "infra/consumers.py",
+        '    "dynamodb:Query",\n',
+        "",
+        IAM_REPLAY,
     ),
 )
 
