@@ -20,6 +20,7 @@ from shardlog.local import (
     conditional_writes,
     emr_serverless,
     expressions,
+    glue_fidelity,
     kinesis_fidelity,
     transactions,
 )
@@ -44,6 +45,7 @@ class EmbeddedAWS:
         transactions.apply()  # a cancelled transaction undone in place, not by table copies
         expressions.apply()  # update expressions parsed once, their sections counted once
         emr_serverless.apply()  # job runs execute with a local spark-submit
+        glue_fidelity.apply()  # UpdateTable honours VersionId: Iceberg's optimistic lock
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = KeepAliveMotoServer(self.host, self.port)
         self.port = self._server.start()
