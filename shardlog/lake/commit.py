@@ -184,15 +184,11 @@ def append(
     sent, failure = 0, ""
     while True:
         _read(table, failure)
-        landed = own_snapshot(table, batch.run_id)
-        if landed is not None:  # this run's commit is in: its answer was lost, or refused
-            return CommitResult(landed.snapshot_id, snapshot_watermarks(landed) or {}, sent)
         marks = table_watermarks(table)
         stale = stale_partitions(marks, batch)
-        if stale and sent and _references_any(table, batch.files):
-            # Landed, and its snapshot already expired under later ones: the files are in.
-            current = table.current_snapshot()
-            return CommitResult(current.snapshot_id if current else 0, marks, sent)
+        landed = _landed(table, batch, marks, stale, sent)
+        if landed is not None:  # this run's commit is in: its answer was lost, or refused
+            return landed
         if stale:
             raise LakeConflictError(
                 f"another run appended to {table.name()} first: "
@@ -214,6 +210,21 @@ def append(
             failure = f"{type(exc).__name__}: {exc}"
             continue
         return CommitResult(snapshot.snapshot_id, merged, sent)
+
+
+def _landed(
+    table: Table, batch: LakeAppend, marks: Mapping[str, int], stale: list[str], sent: int
+) -> CommitResult | None:
+    """This run's commit, if the table has it: the snapshot carrying the run id; or, after
+    a failed commit whose batch now looks stale, a snapshot referencing its files (its own
+    snapshot expired under later ones)."""
+    own = own_snapshot(table, batch.run_id)
+    if own is not None:
+        return CommitResult(own.snapshot_id, snapshot_watermarks(own) or {}, sent)
+    if stale and sent and _references_any(table, batch.files):
+        current = table.current_snapshot()
+        return CommitResult(current.snapshot_id if current else 0, marks, sent)
+    return None
 
 
 def _references_any(table: Table, files: Sequence[str]) -> bool:

@@ -7,7 +7,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from shardlog.lake.catalog import open_table
@@ -27,6 +26,7 @@ from tests.spark.helpers import data_objects, lake_rows, log_rows
 from tests.support.aws import AwsEnv
 from tests.support.cli import run_cli
 from tests.support.factories import incoming_records, writer_for
+from tests.support.lake import foreign_add_files
 
 P0 = "shardId-000000000000"
 DAY = timedelta(days=1)
@@ -136,28 +136,7 @@ def test_the_job_refuses_durations_past_their_minimum(
 
 
 def foreign_append(aws: AwsEnv, lake: LakeSettings) -> None:
-    """Another engine appends a file through plain pyiceberg (``add_files``): a snapshot
-    without watermarks, rows of a partition id the log does not have."""
-    from pyiceberg.catalog import load_catalog
-
-    from shardlog.lake.files import parquet_bytes
-    from shardlog.lake.schema import ARROW_SCHEMA
-
-    row = {
-        "partition_id": "foreign",
-        "seq": 0,
-        "partition_key": "f",
-        "data": b"f",
-        "kinesis_sequence_number": "1",
-        "arrival_time": datetime(2026, 1, 1, tzinfo=UTC),
-        "committed_at": datetime(2026, 1, 1, tzinfo=UTC),
-        "record_id": None,
-    }
-    key = f"{lake.key_prefix}data/foreign-{uuid.uuid4().hex}.parquet"
-    body = parquet_bytes(pa.Table.from_pylist([row], schema=ARROW_SCHEMA))
-    aws.clients.s3.put_object(Bucket=lake.bucket, Key=key, Body=body)
-    table = load_catalog(lake.catalog_name, **lake.properties).load_table(lake.table)
-    table.add_files([s3_uri(lake.bucket, key)])
+    foreign_add_files(aws, lake, len(foreign_rows(lake)))
 
 
 def test_expiry_keeps_the_snapshot_the_watermarks_are_read_from(

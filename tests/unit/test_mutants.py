@@ -39,5 +39,8 @@ def test_every_mechanism_of_the_issue_has_a_mutation() -> None:
         "key-exists-handling", "adoption-check", "reader-density", "renew-fence", "take-fence",
         "parents-before-children", "watermark-condition", "lake-watermark-check",
         "compaction-file-check", "ingest-error-path", "analytics-totals-check",
+        "lake-own-commit-recognition", "lake-commit-deletes-nothing",
+        "compaction-removes-only-unreferenced", "orphan-reference-check",
+        "expiry-keeps-watermark-chain", "glue-version-check",
     }  # fmt: skip
     assert len(names) == len(MUTATIONS)
