@@ -43,7 +43,7 @@ snapshot references this run's files, now or later.
 **The commit deletes nothing.** pyiceberg deletes the manifests of a commit it believes
 refused; after a refused resend of an applied commit those are the manifests of the
 table's current snapshot, and the table could no longer be read. The commit hands pyiceberg
-a view of the table's FileIO that cannot delete (``_KeepingFileIO``): the manifests of a
+a view of the table's FileIO that cannot delete (``shardlog.lake.keeping_io``): the manifests of a
 commit that truly did not land are orphans, which ``shardlog.lake.maintenance`` removes
 once it can prove no snapshot references them.
 
