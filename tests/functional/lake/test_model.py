@@ -36,6 +36,7 @@ import itertools
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -173,17 +174,15 @@ COMPACTION_STEPS = {
     "UpdateItem": "mirror",
 }
 MAINTENANCE_STEPS = {"ListObjectsV2": "orphan removal", "DeleteObjects": "orphan removal"}
-# Where a compaction crashes: (before or after, the call), each step of the run; a crash
-# before DeleteObjects only happens in a run that lost a race.
+# Where a compaction crashes: (before or after, the call), one point of each step of the
+# run (plan, write, commit not sent, commit applied, mirror); a crash while it removes its
+# files needs a lost race (``racing_compaction``).
 COMPACTION_CRASHES = (
     ("after", "ListObjectsV2"),
     ("after", "PutObject"),
-    ("before", "GetTable"),
     ("before", "UpdateTable"),
     ("after", "UpdateTable"),
-    ("after", "Query"),
     ("after", "UpdateItem"),
-    ("before", "DeleteObjects"),
 )
 MAINTENANCE_CRASHES = (
     ("before", "UpdateTable"),
@@ -214,8 +213,10 @@ class LakeMachine(RuleBasedStateMachine):
             self.endpoint_url,
             f"lake_{uuid.uuid4().hex[:10]}.events",
         )
-        self.args = JobArgs.from_config(self.aws.config, max_records=1_000_000)
-        self.args = JobArgs(**{**self.args.__dict__, "lake_table": self.lake.table})
+        self.args = replace(
+            JobArgs.from_config(self.aws.config, max_records=1_000_000),
+            lake_table=self.lake.table,
+        )
         self.writer = writer_for(self.aws, ManualClock(), segment_max_records=3)
         self.produced: dict[str, list[bytes]] = {p: [] for p in PARTITIONS}
         self.numbers = itertools.count()
@@ -318,7 +319,7 @@ class LakeMachine(RuleBasedStateMachine):
     def foreign(self, kind: str) -> None:
         """Another engine commits through plain pyiceberg (no shardlog watermarks)."""
         table = open_table(self.lake, create=True)
-        TALLY.add("foreign snapshot" if kind != "foreign property" else "foreign commit")
+        TALLY.add("foreign snapshot" if kind == "foreign append" else "foreign commit")
         if kind == "foreign append":
             foreign_add_files(self.aws, self.lake, self.foreign_rows, table)
             self.foreign_rows += 1
@@ -345,7 +346,7 @@ class LakeMachine(RuleBasedStateMachine):
 
     @rule(
         new=st.integers(1, 4),
-        times=st.sampled_from((1, 1, 11)),
+        times=st.sampled_from((1, 11)),
         between=st.sampled_from((None, *RACERS)),
     )
     def lost_answer(self, new: int, times: int, between: str | None) -> None:
@@ -408,8 +409,8 @@ class LakeMachine(RuleBasedStateMachine):
         if crash is not None:
             process.at.arm(*crash, self.crash("compaction"))
         report = self.compact(process)
-        if report is not None and report.conflicts:
-            TALLY.add("racing compaction lost the race")
+        if (report is not None and report.conflicts) or "DeleteObjects" in process.at.calls:
+            TALLY.add("racing compaction lost the race")  # only a lost race removes files
         return bool(raced)
 
     @rule(new=st.integers(0, 3), crash=st.sampled_from(COMPACTION_CRASHES))
@@ -441,10 +442,6 @@ class LakeMachine(RuleBasedStateMachine):
         self.maintain(LATE_AHEAD if late else RACING_AHEAD, process)
         if process.lost.lost:
             TALLY.add("lost catalog answer (maintenance)")
-
-    @rule(kind=st.sampled_from(FOREIGN))
-    def another_engine(self, kind: str) -> None:
-        self.foreign(kind)
 
     def crash(self, job: str) -> Callable[[str], None]:
         steps = COMPACTION_STEPS if job == "compaction" else MAINTENANCE_STEPS
@@ -591,7 +588,7 @@ def test_lake_model(endpoint_url: str) -> None:
         LakeMachine,
         settings=settings(
             max_examples=8,
-            stateful_step_count=10,
+            stateful_step_count=12,
             deadline=None,
             # One fixed schedule set in make test (the counts below are then stable);
             # make soak explores fresh random schedules.
