@@ -45,6 +45,9 @@ SPARK = ("tests/spark",)
 WRITER_MODEL = ("tests/functional/ingest/test_writer_model.py",)
 # The IAM replay: the synthesized policies against every recorded call of the workload.
 IAM_REPLAY = ("tests/infra/test_iam_replay.py",)
+LAKE_MODEL = ("tests/functional/lake/test_model.py",)
+LAKE_COMMIT = ("tests/spark/test_lake_commit.py", *LAKE_MODEL)
+LAKE_MAINTENANCE = ("tests/spark/test_lake_maintenance.py", *LAKE_MODEL)
 CONSUMER_MODELS = (
     "tests/functional/consumer/test_model.py",
     "tests/functional/lambda_consumer/test_model.py",
@@ -304,6 +307,70 @@ MUTATIONS = (
         "!= str(snapshot_id).encode():",
         "is None:",
         ("tests/spark/test_analytics_incremental.py",),
+    ),
+    Mutation(
+        "lake-own-commit-recognition",
+        "the lake append recognising its own landed commit (run id, or its files) after a "
+        "failed commit, before it calls its batch stale",
+        "shardlog/lake/commit.py",
+        "landed = _landed(table, batch, marks, stale, sent)",
+        "landed = None",
+        LAKE_COMMIT,
+        LAKE_MODEL,
+    ),
+    Mutation(
+        "lake-commit-deletes-nothing",
+        "the lake commit's FileIO that cannot delete (pyiceberg deletes a refused commit's "
+        "manifests, also after a refused resend of an applied commit)",
+        "shardlog/lake/commit.py",
+        "view = keeping_view(table)",
+        "view = table",
+        LAKE_COMMIT,
+        LAKE_MODEL,
+    ),
+    Mutation(
+        "compaction-removes-only-unreferenced",
+        "a stale run deleting only the files no snapshot of the table, read afresh, references",
+        "shardlog/spark/compaction.py",
+        "doomed = [k for k in keys if s3_uri(settings.bucket, k) not in referenced]",
+        "doomed = keys",
+        ("tests/spark/test_compaction.py",),
+    ),
+    Mutation(
+        "orphan-reference-check",
+        "orphan removal keeping every file the table references",
+        "shardlog/lake/maintenance.py",
+        "if f\"s3://{settings.bucket}/{obj['Key']}\" in referenced:",
+        "if False:",
+        LAKE_MAINTENANCE,
+        LAKE_MODEL,
+    ),
+    Mutation(
+        "orphan-statistics-referenced",
+        "statistics files the table's metadata names counting as referenced",
+        "shardlog/lake/maintenance.py",
+        "files |= {stats.statistics_path for stats in metadata.statistics}",
+        "files |= set()",
+        ("tests/spark/test_lake_maintenance.py",),
+    ),
+    Mutation(
+        "expiry-keeps-watermark-chain",
+        "expiry keeping the snapshots compaction reads its watermarks through",
+        "shardlog/lake/maintenance.py",
+        "return protected | {s.snapshot_id for s in watermark_chain(table)}",
+        "return protected | {s.snapshot_id for s in watermark_chain(table)[:1]}",
+        LAKE_MAINTENANCE,
+        LAKE_MODEL,
+    ),
+    Mutation(
+        "glue-version-check",
+        "the embedded AWS's Glue refusing an UpdateTable from a stale VersionId (without it "
+        "a racing commit silently replaces another)",
+        "shardlog/local/glue_fidelity.py",
+        "if str(wanted) != current:",
+        "if False:",
+        ("tests/functional/local/test_glue_fidelity.py", *LAKE_MODEL),
+        LAKE_MODEL,
     ),
     Mutation(
         "compaction-file-check",

@@ -1,14 +1,16 @@
 """Fault soak: the model-based machines of the test suite, run for a budget or a count.
 
-``make soak`` (not part of ``make test``) runs the write-path, idempotence, consumer-groups
-and Lambda-consumer machines (tests/functional/*/test_*model.py) on fresh random schedules,
+``make soak`` (not part of ``make test``) runs the write-path, idempotence, consumer-groups,
+Lambda-consumer and lake machines (tests/functional/*/test_*model.py) on fresh random
+schedules,
 across processes, each process with its own embedded AWS. It prints the schedules explored
 (and how many had at least ``--min-steps`` steps), the steps, the faults injected by kind
 and the invariant violations. The machines check after every step that nothing was lost,
 duplicated or reordered (the write path: each partition's log is a prefix of its shard;
 idempotence: each log is a prefix of what the documented guarantee keeps; consumers: no
-skip, redeliveries only from a checkpoint, produce order per key), so a violation is any of
-those.
+skip, redeliveries only from a checkpoint, produce order per key; the lake: each log record
+below the table's watermark in it exactly once, every referenced file present), so a
+violation is any of those.
 
 A failing schedule is shrunk by Hypothesis and saved as a regression test under
 ``tests/functional/regressions/`` (collected by ``make test``): it replays the exact
@@ -92,6 +94,14 @@ MACHINES = {
             "tests.functional.lambda_consumer.test_model",
             "LambdaConsumerModel",
             "runner crashes before any AWS call, zombie invocations, lost wakes, timeouts, split",
+        ),
+        Machine(
+            "lake",
+            "tests.functional.lake.test_model",
+            "LakeMachine",
+            "lost catalog answers (UpdateTable applied, resend refused), refused commits, "
+            "racing compactions, maintenance racing a compaction, another engine's "
+            "snapshots, crashes at each step of compaction and maintenance",
         ),
     )
 }

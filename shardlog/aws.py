@@ -47,19 +47,25 @@ def shared_loader() -> Loader:
         return _SHARED_LOADER
 
 
+def new_botocore_session() -> botocore.session.Session:
+    """A botocore session of its own on the shared loader (for libraries that build their
+    boto3 session from one, as pyiceberg's Glue catalog does)."""
+    core = botocore.session.get_session()
+    core.register_component("data_loader", shared_loader())
+    return core
+
+
 def new_session(
     region: str, access_key_id: str | None = None, secret_access_key: str | None = None
 ) -> boto3.session.Session:
     """A boto3 session of its own (credentials, event hooks) on the shared loader."""
-    core = botocore.session.get_session()
-    loader = shared_loader()
-    core.register_component("data_loader", loader)
     session = boto3.session.Session(
-        botocore_session=core,
+        botocore_session=new_botocore_session(),
         region_name=region,
         aws_access_key_id=access_key_id,
         aws_secret_access_key=secret_access_key,
     )
+    loader = shared_loader()
     with _LOADER_LOCK:  # each boto3 session appends its data path again
         loader.search_paths[:] = list(dict.fromkeys(loader.search_paths))
     return session

@@ -9,10 +9,11 @@ executors' Parquet files (plain pyarrow, no field ids) are read by column name.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from shardlog.aws import new_botocore_session
 from shardlog.lake.exceptions import CatalogUnavailableError, LakeSchemaError, NoLakeTableError
 from shardlog.lake.schema import PARTITION_SPEC, SCHEMA, SORT_ORDER, check_schema
 from shardlog.lake.settings import LakeSettings
@@ -36,10 +37,13 @@ _UNREACHABLE: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, OSE
 
 
 def load_lake_catalog(settings: LakeSettings) -> Catalog:
-    from pyiceberg.catalog import load_catalog
+    from pyiceberg.catalog import BOTOCORE_SESSION, load_catalog
 
+    properties: dict[str, Any] = dict(settings.properties)
+    if properties.get("type") == "glue":  # its Glue client on the process's service models
+        properties[BOTOCORE_SESSION] = new_botocore_session()
     try:
-        return load_catalog(settings.catalog_name, **settings.properties)
+        return load_catalog(settings.catalog_name, **properties)
     except _UNREACHABLE as exc:
         raise _unreachable(settings, exc) from exc
 

@@ -6,21 +6,49 @@ partitions travel, as one JSON object, in the summary of the snapshot that appen
 records (``shardlog.watermarks``), so data and watermark are one atomic catalog commit and
 can never disagree. A writer resumes from the table, never from a side table.
 
-One append, for a batch ``[start, end)`` per partition and the files holding exactly it:
+One append, for a batch ``[start, end)`` per partition and the files holding exactly it,
+under the run's id (``shardlog.run-id``, in the same summary):
 
 1. **read**: refresh the table; its watermarks are those of the newest snapshot carrying
-   ``shardlog.watermarks`` (the current one, as only this module appends);
-2. **check**: every partition of the batch must start exactly at the table's watermark;
+   ``shardlog.watermarks`` (the current one, or an ancestor when another engine committed
+   since: ``table_watermarks``);
+2. **recognise**: a snapshot of the table carrying this run's id is this run's commit,
+   landed: the append is done (``own_snapshot``). After a failed commit, a table whose
+   snapshots reference this run's files holds it too (its snapshot expired under later
+   ones: a run that stalled past the snapshot retention after its answer was lost);
+3. **check**: every partition of the batch must start exactly at the table's watermark;
    otherwise another run appended first and this batch is stale: ``LakeConflictError``,
-   nothing is committed (the caller removes its files; maintenance would too);
-3. **commit**: ``add_files`` + the merged watermarks in one transaction, based on the
-   snapshot read in 1 (pyiceberg asserts it: the catalog refuses a commit whose base moved);
-4. a refused commit (``CommitFailedException``: something committed between 1 and 3) goes
-   back to 1, a bounded number of times: a concurrent append then fails the check in 2,
-   any other commit (maintenance) leaves the watermarks alone and the append goes through.
+   nothing is committed, and the table provably holds none of this run's files;
+4. **commit**: ``add_files`` + the merged watermarks + the run id in one transaction, based
+   on the snapshot read in 1 (pyiceberg asserts it, and Glue's ``VersionId`` refuses an
+   ``UpdateTable`` whose table changed since pyiceberg read it);
+5. a commit that fails, whatever the failure, is an **unknown outcome**, never "nothing
+   landed": back to 1, a bounded number of times. The lost answer is the case that needs
+   this: Glue applies the ``UpdateTable``, the answer is lost, botocore resends it, and Glue
+   refuses the resend (its ``VersionId`` is no longer current), so pyiceberg reports a
+   refused commit (``CommitFailedException``) for a commit that landed; step 2 finds it.
+   A commit truly refused (another commit landed in between) is not in the table: step 3
+   then finds a concurrent append, and any other commit (maintenance, another engine)
+   leaves the watermarks alone so the append goes through. If the table cannot be read
+   after a failed commit, the outcome stays unknown: ``LakeCommitUnknownError``, on which
+   the caller must delete nothing.
+
+Why a failed commit that a later read does not show never lands afterwards: its
+``UpdateTable`` names the Glue version pyiceberg read (V). While the table is still at V,
+the next attempt commits from V again under the same run id, and Glue applies at most one
+of the two. Once the table moved past V, Glue refuses that request whenever it arrives. So
+step 3's ``LakeConflictError`` (the table moved: another run appended) proves that no
+snapshot references this run's files, now or later.
+
+**The commit deletes nothing.** pyiceberg deletes the manifests of a commit it believes
+refused; after a refused resend of an applied commit those are the manifests of the
+table's current snapshot, and the table could no longer be read. The commit hands pyiceberg
+a view of the table's FileIO that cannot delete (``shardlog.lake.keeping_io``): the manifests of a
+commit that truly did not land are orphans, which ``shardlog.lake.maintenance`` removes
+once it can prove no snapshot references them.
 
 pyiceberg's own retry would re-apply the append onto the concurrent snapshot without
-step 2, so both racing runs would land: the table must have ``commit.retry.num-retries``
+step 3, so both racing runs would land: the table must have ``commit.retry.num-retries``
 = 0 (``shardlog.lake.catalog`` sets it) and ``append`` refuses a table without it.
 
 Files a crashed run wrote but never committed are in no manifest, so no reader ever sees
@@ -34,8 +62,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from shardlog.lake.catalog import COMMIT_RETRIES_PROPERTY
-from shardlog.lake.exceptions import LakeConflictError, LakeError, LakeSchemaError
+from shardlog.lake.exceptions import (
+    LakeCommitUnknownError,
+    LakeConflictError,
+    LakeError,
+    LakeSchemaError,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.table import Table
@@ -44,6 +79,8 @@ if TYPE_CHECKING:  # pragma: no cover
 WATERMARKS_PROPERTY = "shardlog.watermarks"
 RUN_PROPERTY = "shardlog.run-id"
 DEFAULT_COMMIT_ATTEMPTS = 5
+# What a failed catalog read raises (Glue through botocore; the SQL catalog's database).
+_CATALOG_UNREACHABLE: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, OSError)
 
 
 @dataclass(frozen=True)
@@ -82,17 +119,29 @@ def snapshot_watermarks(snapshot: Snapshot | None) -> dict[str, int] | None:
         ) from exc
 
 
+def watermark_chain(table: Table) -> list[Snapshot]:
+    """The current snapshot and its ancestors, newest first, down to the newest one carrying
+    watermarks (the current one itself unless another engine committed since). Expiring a
+    snapshot of this chain would cut it: ``shardlog.lake.maintenance`` keeps them all."""
+    chain: list[Snapshot] = []
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        chain.append(snapshot)
+        if snapshot_watermarks(snapshot) is not None:
+            break
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+    return chain
+
+
 def table_watermarks(table: Table) -> dict[str, int]:
     """The table's watermarks: from the newest ancestor snapshot carrying them; {} for a
     table no compaction has appended to yet."""
-    snapshot = table.current_snapshot()
-    while snapshot is not None:
-        marks = snapshot_watermarks(snapshot)
-        if marks is not None:
-            return marks
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.snapshot_by_id(parent) if parent is not None else None
-    if table.current_snapshot() is not None:
+    chain = watermark_chain(table)
+    marks = snapshot_watermarks(chain[-1]) if chain else None
+    if marks is not None:
+        return marks
+    if chain:
         raise LakeSchemaError(
             f"{table.name()}: no snapshot of the table carries {WATERMARKS_PROPERTY}: "
             "not appended to by shardlog compaction, so where to resume is unknown"
@@ -105,19 +154,41 @@ def stale_partitions(marks: Mapping[str, int], append: LakeAppend) -> list[str]:
     return sorted(p for p, (start, _) in append.ranges.items() if marks.get(p, 0) != start)
 
 
+def commit_failures() -> tuple[type[BaseException], ...]:
+    """What a catalog commit that may or may not have landed raises: refused (also for a
+    refused resend of an applied UpdateTable), unknown, or a transport failure botocore
+    gave up on. None of them says that nothing landed."""
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+    return (CommitFailedException, CommitStateUnknownException, *_CATALOG_UNREACHABLE)
+
+
+def own_snapshot(table: Table, run_id: str) -> Snapshot | None:
+    """The snapshot of the table that run ``run_id`` committed, if the table has it."""
+    for snapshot in table.snapshots():
+        summary = snapshot.summary
+        if summary is not None and summary.additional_properties.get(RUN_PROPERTY) == run_id:
+            return snapshot
+    return None
+
+
 def append(
     table: Table, batch: LakeAppend, *, max_attempts: int = DEFAULT_COMMIT_ATTEMPTS
 ) -> CommitResult:
-    """Commit ``batch`` beyond the table's watermarks, or raise ``LakeConflictError``."""
-    from pyiceberg.exceptions import CommitFailedException
-
+    """Commit ``batch`` beyond the table's watermarks, exactly once. ``LakeConflictError``:
+    the batch is stale and provably in no snapshot (its files may go);
+    ``LakeCommitUnknownError``: the outcome could not be found out (delete nothing)."""
     if not batch.files:
         raise ValueError("an append without files: nothing to commit (no empty snapshot)")
-    for attempt in range(1, max_attempts + 1):
-        table.refresh()
-        _require_no_auto_retry(table)
+    outcome_unknown = commit_failures()
+    sent, failure = 0, ""
+    while True:
+        _read(table, failure)
         marks = table_watermarks(table)
         stale = stale_partitions(marks, batch)
+        landed = _landed(table, batch, marks, stale, sent)
+        if landed is not None:  # this run's commit is in: its answer was lost, or refused
+            return landed
         if stale:
             raise LakeConflictError(
                 f"another run appended to {table.name()} first: "
@@ -125,27 +196,81 @@ def append(
                 + "; this run commits nothing",
                 tuple(stale),
             )
+        if sent == max_attempts:  # an attempt may still be in flight: not proof of anything
+            raise LakeCommitUnknownError(
+                f"{table.name()} kept changing: {max_attempts} commit attempts failed "
+                f"(the last: {failure}) and the table does not show this run's commit yet; "
+                "delete nothing: the next run reads the table and finds out"
+            )
         merged = {**marks, **{p: end for p, (_, end) in batch.ranges.items()}}
-        transaction = table.transaction()
-        transaction.add_files(
-            list(batch.files),
-            snapshot_properties={
-                WATERMARKS_PROPERTY: json.dumps(merged, sort_keys=True),
-                RUN_PROPERTY: batch.run_id,
-            },
-            check_duplicate_files=False,  # names carry the run id: never in the table yet
-        )
+        sent += 1
         try:
-            committed = transaction.commit_transaction()
-        except CommitFailedException:
-            continue  # someone committed since step 1: re-read the watermarks
-        snapshot = committed.current_snapshot()
-        assert snapshot is not None
-        return CommitResult(snapshot.snapshot_id, merged, attempt)
-    raise LakeConflictError(
-        f"{table.name()} kept changing: {max_attempts} commit attempts refused; "
-        "this run commits nothing"
+            snapshot = _commit(table, batch, merged)
+        except outcome_unknown as exc:  # refused, or applied and its answer lost
+            failure = f"{type(exc).__name__}: {exc}"
+            continue
+        return CommitResult(snapshot.snapshot_id, merged, sent)
+
+
+def _landed(
+    table: Table, batch: LakeAppend, marks: Mapping[str, int], stale: list[str], sent: int
+) -> CommitResult | None:
+    """This run's commit, if the table has it: the snapshot carrying the run id; or, after
+    a failed commit whose batch now looks stale, a snapshot referencing its files (its own
+    snapshot expired under later ones)."""
+    own = own_snapshot(table, batch.run_id)
+    if own is not None:
+        return CommitResult(own.snapshot_id, snapshot_watermarks(own) or {}, sent)
+    if stale and sent and _references_any(table, batch.files):
+        current = table.current_snapshot()
+        return CommitResult(current.snapshot_id if current else 0, marks, sent)
+    return None
+
+
+def _references_any(table: Table, files: Sequence[str]) -> bool:
+    """Whether any snapshot of the table references one of ``files`` (reads manifests)."""
+    from shardlog.lake.maintenance import referenced_files
+
+    return not referenced_files(table).isdisjoint(files)
+
+
+def _read(table: Table, failure: str) -> None:
+    """Refresh the table; after a failed commit, a read that fails leaves its outcome
+    unknown."""
+    try:
+        table.refresh()
+    except _CATALOG_UNREACHABLE as exc:
+        if not failure:
+            raise
+        raise LakeCommitUnknownError(
+            f"the outcome of the commit to {'.'.join(table.name())} is unknown: "
+            f"it failed ({failure}) "
+            f"and the table could not be read to find out ({type(exc).__name__}: {exc}); "
+            "delete nothing: the next run reads the table and finds out"
+        ) from exc
+    _require_no_auto_retry(table)
+
+
+def _commit(table: Table, batch: LakeAppend, watermarks: Mapping[str, int]) -> Snapshot:
+    """One commit of the batch from the snapshot read, through a view of the table whose
+    FileIO cannot delete (see the module docstring)."""
+    from shardlog.lake.keeping_io import keeping_view
+
+    view = keeping_view(table)
+    transaction = view.transaction()
+    transaction.add_files(
+        list(batch.files),
+        snapshot_properties={
+            WATERMARKS_PROPERTY: json.dumps(dict(watermarks), sort_keys=True),
+            RUN_PROPERTY: batch.run_id,
+        },
+        check_duplicate_files=False,  # names carry the run id: never in the table yet
     )
+    committed = transaction.commit_transaction().current_snapshot()
+    if committed is None or own_snapshot(view, batch.run_id) is None:
+        raise LakeError(f"{table.name()}: the commit answered without this run's snapshot")
+    table.metadata, table.metadata_location = view.metadata, view.metadata_location
+    return committed
 
 
 def _require_no_auto_retry(table: Table) -> None:

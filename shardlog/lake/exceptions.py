@@ -28,3 +28,9 @@ class LakeConflictError(LakeError):
     def __init__(self, message: str, partitions: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.partitions = partitions
+
+
+class LakeCommitUnknownError(LakeError):
+    """The commit's answer was lost and the table could not be read to find out whether it
+    landed: the outcome is unknown. Nothing may be deleted on it: the commit may hold the
+    files; the next run reads the table and finds out."""

@@ -18,6 +18,7 @@ import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,6 +40,17 @@ class DataFile:
     bytes: int
     first_seq: int
     last_seq: int
+
+    def stats(self) -> dict[str, Any]:
+        """The file as the compaction's commit step takes it (``shardlog.spark.io``)."""
+        return {
+            "file_key": self.key,
+            "partition_id": self.partition_id,
+            "records": self.records,
+            "bytes": self.bytes,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+        }
 
 
 def data_file_key(

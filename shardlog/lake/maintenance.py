@@ -1,18 +1,31 @@
 """Maintenance of the lake table: expire old snapshots, remove files no snapshot references.
 
-- **expire**: snapshots older than ``snapshot_retention`` go, except the current one (and
-  any branch or tag head). The table only ever appends, so every data file stays
-  referenced by the current snapshot: expiring loses time travel, never a row. The
-  current snapshot carries every partition's watermark (``shardlog.lake.commit``).
-- **orphans**: objects under the table's location that no remaining snapshot, manifest or
-  metadata file references, and that are older than ``orphan_grace``: the files of a run
-  that crashed before its commit or lost a race, and the manifests and metadata of
-  expired snapshots. The grace period protects a compaction still running: its files are
-  written before its commit, so the grace must exceed the longest run.
+- **expire**: snapshots older than ``snapshot_retention`` go, except the **protected**
+  ones (``protected_snapshots``): the current one, every branch and tag head (pyiceberg
+  refuses to expire those), and the current snapshot's ancestors down to the newest one
+  that carries the watermarks. That last part matters once another engine commits a
+  snapshot (an append, a rewrite, a delete: no ``shardlog.watermarks`` in its summary):
+  compaction then reads the watermarks from the ancestor (``watermark_chain``), and
+  expiring it, or any snapshot between, would cut the chain (pyiceberg drops the parent
+  link of a removed snapshot's child): every later compaction would fail, not knowing
+  where to resume. The table's rows are the current snapshot's: expiring loses time
+  travel, never a row.
+- **orphans**: objects under the table's location that no remaining snapshot, manifest,
+  metadata file or statistics file references, read afresh after the expiry, and that
+  are older than ``orphan_grace``: the files of a run that crashed before its commit or
+  lost a race, manifests of commits that did not land, and the manifest lists and
+  metadata of expired snapshots. The grace period protects a compaction still running:
+  its files are written before its commit, so the grace must exceed the longest run.
+
+An expiry commit that fails (refused by a concurrent commit, or its answer lost: Glue
+refuses the resend of an applied ``UpdateTable``) is an unknown outcome: the table is read
+again and what is still expirable is expired, a bounded number of times. Nothing is ever
+deleted on the strength of a commit: orphan removal reads what the table references.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -29,6 +42,7 @@ MIN_ORPHAN_GRACE = timedelta(hours=C.MIN_LAKE_ORPHAN_GRACE_HOURS)
 DEFAULT_ORPHAN_GRACE = timedelta(hours=C.DEFAULT_LAKE_ORPHAN_GRACE_HOURS)
 MIN_SNAPSHOT_RETENTION = timedelta(hours=C.MIN_LAKE_SNAPSHOT_RETENTION_HOURS)
 DEFAULT_SNAPSHOT_RETENTION = timedelta(hours=C.DEFAULT_LAKE_SNAPSHOT_RETENTION_HOURS)
+EXPIRE_ATTEMPTS = 5
 
 
 @dataclass
@@ -54,26 +68,55 @@ def check_durations(snapshot_retention: timedelta, orphan_grace: timedelta) -> N
         )
 
 
-def expire_snapshots(table: Table, older_than: datetime) -> list[int]:
-    """Expire the snapshots older than ``older_than`` but the current one."""
-    current = table.current_snapshot()
-    doomed = [
+def protected_snapshots(table: Table) -> set[int]:
+    """The snapshots expiry must keep: every branch and tag head (the current snapshot is
+    main's) and the chain compaction reads its watermarks through."""
+    from shardlog.lake.commit import watermark_chain
+
+    protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    return protected | {s.snapshot_id for s in watermark_chain(table)}
+
+
+def expirable(table: Table, older_than: datetime) -> list[int]:
+    """The snapshots older than ``older_than`` that are not protected."""
+    protected = protected_snapshots(table)
+    cutoff_ms = older_than.timestamp() * 1000
+    return sorted(
         s.snapshot_id
         for s in table.snapshots()
-        if s.timestamp_ms < older_than.timestamp() * 1000
-        and (current is None or s.snapshot_id != current.snapshot_id)
-    ]
-    if doomed:
-        table.maintenance.expire_snapshots().by_ids(doomed).commit()
+        if s.timestamp_ms < cutoff_ms and s.snapshot_id not in protected
+    )
+
+
+def expire_snapshots(
+    table: Table, older_than: datetime, *, max_attempts: int = EXPIRE_ATTEMPTS
+) -> list[int]:
+    """Expire the unprotected snapshots older than ``older_than``; the ones that went."""
+    from shardlog.lake.commit import commit_failures
+
+    expired: set[int] = set()
+    for _ in range(max_attempts):
+        doomed = expirable(table, older_than)
+        if not doomed:
+            break
+        with contextlib.suppress(*commit_failures()):  # refused or lost: the read tells
+            table.maintenance.expire_snapshots().by_ids(doomed).commit()
         table.refresh()
-    return sorted(doomed)
+        present = {s.snapshot_id for s in table.snapshots()}
+        expired |= set(doomed) - present
+    return sorted(expired)
 
 
 def referenced_files(table: Table) -> set[str]:
-    """Every file a remaining snapshot or the metadata references (full ``s3://`` URIs)."""
+    """Every file a remaining snapshot or the metadata references (full ``s3://`` URIs):
+    metadata files, manifest lists, manifests, data and delete files, and the statistics
+    files another engine may have written."""
     io = table.io
+    metadata = table.metadata
     files = {table.metadata_location}
-    files |= {entry.metadata_file for entry in table.metadata.metadata_log}
+    files |= {entry.metadata_file for entry in metadata.metadata_log}
+    files |= {stats.statistics_path for stats in metadata.statistics}
+    files |= {stats.statistics_path for stats in metadata.partition_statistics}
     for snapshot in table.snapshots():
         files.add(snapshot.manifest_list)
         for manifest in snapshot.manifests(io):
@@ -119,6 +162,7 @@ def maintain(
     table.refresh()
     report = MaintenanceReport()
     report.expired_snapshots = expire_snapshots(table, now - snapshot_retention)
+    table.refresh()  # what the table references now, after the expiry, whoever committed
     report.removed_files, report.kept_young_files = remove_orphans(
         s3, settings, table, now - orphan_grace
     )

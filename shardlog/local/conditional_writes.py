@@ -28,7 +28,7 @@ _applied = False
 _apply_lock = threading.Lock()
 
 
-def _serialized(method: Callable[..., Any], lock: threading.Lock) -> Callable[..., Any]:
+def serialized(method: Callable[..., Any], lock: threading.Lock) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with lock:
@@ -43,9 +43,9 @@ def apply() -> None:
     with _apply_lock:
         if _applied:
             return
-        DynamoHandler.call_action = _serialized(DynamoHandler.call_action, _dynamodb_lock)  # type: ignore[method-assign]
-        DynamoDBStreamsHandler.call_action = _serialized(  # type: ignore[method-assign]
+        DynamoHandler.call_action = serialized(DynamoHandler.call_action, _dynamodb_lock)  # type: ignore[method-assign]
+        DynamoDBStreamsHandler.call_action = serialized(  # type: ignore[method-assign]
             DynamoDBStreamsHandler.call_action, _dynamodb_lock
         )
-        S3Response.put_object = _serialized(S3Response.put_object, _s3_put_lock)  # type: ignore[method-assign]
+        S3Response.put_object = serialized(S3Response.put_object, _s3_put_lock)  # type: ignore[method-assign]
         _applied = True

@@ -22,6 +22,7 @@ from shardlog.local import (
     emr_serverless,
     event_source_mappings,
     expressions,
+    glue_fidelity,
     kinesis_fidelity,
     transactions,
 )
@@ -48,6 +49,7 @@ class EmbeddedAWS:
         emr_serverless.apply()  # job runs execute with a local spark-submit
         cloudformation.apply()  # the stack's EMR application, Glue database, Athena workgroup
         event_source_mappings.apply()  # mappings leave streams and queues to the local sources
+        glue_fidelity.apply()  # UpdateTable honours VersionId: Iceberg's optimistic lock
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = KeepAliveMotoServer(self.host, self.port)
         self.port = self._server.start()

@@ -25,17 +25,22 @@ records below it. Per run:
 | after 4, before 5 | the table has the batch; the next run finds nothing new for it and
   brings the mirror up to date |
 | two runs at once | the second commit finds the watermark moved, commits nothing and
-  deletes its own files (``CompactionReport.conflicts``) |
+  deletes its own files (``CompactionReport.conflicts``), each only if the table references
+  it from no snapshot |
+| the commit's answer lost | the commit re-reads the table and finds its own snapshot by
+  the run id (``shardlog.lake.commit``); if it cannot find out, the run fails with every
+  file kept (``LakeCommitUnknownError``) and the next run reads the table |
 
 Nothing here builds a SparkSession or imports pyspark at import time: the job
-(``spark_jobs/compact.py``) does, and wires these steps together.
+(``spark_jobs/compact.py``) does, opens the table and hands its executors' write step to
+``run_compaction``, which runs the other steps on the driver.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,14 +48,15 @@ from typing import TYPE_CHECKING, Any
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.exceptions import CorruptLogError
-from shardlog.lake.commit import CommitResult, LakeAppend, append
+from shardlog.lake.commit import CommitResult, LakeAppend, append, table_watermarks
+from shardlog.lake.exceptions import LakeConflictError
 from shardlog.lake.files import s3_uri
 from shardlog.lake.settings import LakeSettings
 from shardlog.segments import SegmentStore
 from shardlog.spark.exceptions import CompactionError, WatermarkConflictError
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.watermark import WatermarkStore
-from shardlog.tables import PartitionInfo
+from shardlog.tables import PartitionInfo, Tables
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.table import Table
@@ -236,13 +242,23 @@ def commit_batches(
     return append(table, batch)
 
 
-def remove_files(clients: Clients, settings: LakeSettings, files: Sequence[dict[str, Any]]) -> None:
-    """Delete a run's files that no snapshot will reference (a lost race)."""
-    keys = [{"Key": f["file_key"]} for f in files]
-    for start in range(0, len(keys), 1000):  # DeleteObjects takes 1,000 keys at most
+def remove_files(
+    clients: Clients, settings: LakeSettings, table: Table, files: Sequence[dict[str, Any]]
+) -> list[str]:
+    """Delete the files of a run whose commit is provably not in the table (a lost race),
+    each only if the table, read afresh, references it from no snapshot: a file the table
+    may reference is never deleted. The keys deleted."""
+    from shardlog.lake.maintenance import referenced_files
+
+    referenced = referenced_files(table.refresh())
+    keys = [f["file_key"] for f in files]
+    doomed = [k for k in keys if s3_uri(settings.bucket, k) not in referenced]
+    for start in range(0, len(doomed), 1000):  # DeleteObjects takes 1,000 keys at most
         clients.s3.delete_objects(
-            Bucket=settings.bucket, Delete={"Objects": keys[start : start + 1000], "Quiet": True}
+            Bucket=settings.bucket,
+            Delete={"Objects": [{"Key": k} for k in doomed[start : start + 1000]], "Quiet": True},
         )
+    return doomed
 
 
 # --- 5. mirror ---------------------------------------------------------------------------
@@ -271,6 +287,49 @@ def mirror_watermarks(
             continue
         if ended:
             report.ended.append(pid)
+
+
+# --- the run, steps 2 to 5 -----------------------------------------------------------------
+WriteFiles = Callable[[Sequence[BatchPlan]], list[dict[str, Any]]]
+
+
+def run_compaction(
+    clients: Clients,
+    args: JobArgs,
+    table: Table,
+    report: CompactionReport,
+    write: WriteFiles,
+) -> CompactionReport:
+    """Steps 2 to 5 on the driver, on the table opened in step 1; ``write`` is step 3 (the
+    executors' Spark job in ``spark_jobs/compact.py``; plain pyarrow in the lake model).
+
+    Only a commit refused as stale (``LakeConflictError``: provably in no snapshot) makes
+    the run remove its files; a commit whose outcome is unknown (``LakeCommitUnknownError``)
+    fails the run with every file kept: the next run reads the table and finds out.
+    """
+    settings = args.lake()
+    with report.phase("plan"):
+        partitions = Tables(clients, args.config().tables).list_partitions()
+        marks = table_watermarks(table)
+        plans = plan_batches(clients, args, marks, partitions)
+    with report.phase("write"):
+        files = write(plans)
+    if plans:
+        with report.phase("check"):
+            check_files(plans, files)
+        with report.phase("commit"):
+            try:
+                committed = commit_batches(table, settings, plans, files, report.run_id)
+            except LakeConflictError as exc:
+                report.conflicts.append(str(exc))
+                remove_files(clients, settings, table, files)
+                plans, files = [], []
+                marks = table_watermarks(table)  # remove_files read it afresh
+            else:
+                report.snapshot_id, marks = committed.snapshot_id, dict(committed.watermarks)
+    with report.phase("mirror"):
+        mirror_watermarks(WatermarkStore(clients, args.consumers_table), partitions, marks, report)
+    return summarize(report, plans, files)
 
 
 def summarize(

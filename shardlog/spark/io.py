@@ -85,18 +85,7 @@ class ChunkWriter:
                     segments.append(segment)
                 files = write_data_files(clients.s3, self.lake, segments, self.run_id)
                 yield pa.RecordBatch.from_pylist(
-                    [
-                        {
-                            "file_key": f.key,
-                            "partition_id": f.partition_id,
-                            "records": f.records,
-                            "bytes": f.bytes,
-                            "first_seq": f.first_seq,
-                            "last_seq": f.last_seq,
-                        }
-                        for f in files
-                    ],
-                    schema=_ARROW_FILE_STATS,
+                    [f.stats() for f in files], schema=_ARROW_FILE_STATS
                 )
 
 

@@ -22,14 +22,22 @@ from shardlog.lake.commit import snapshot_watermarks, table_watermarks
 from shardlog.lake.exceptions import CatalogUnavailableError, LakeSchemaError
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.segments import segment_key
-from shardlog.spark.compaction import check_files, commit_batches, plan_batches, write_chunks
+from shardlog.spark.compaction import (
+    check_files,
+    commit_batches,
+    plan_batches,
+    remove_files,
+    write_chunks,
+)
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.watermark import WatermarkStore
 from shardlog.tables import Tables
+from spark_jobs import compact as compact_job
 from spark_jobs.compact import compact
 from tests.spark.helpers import data_objects, lake_rows, log_rows
 from tests.support.aws import AwsEnv
 from tests.support.factories import incoming_records, writer_for
+from tests.support.faults import LostAnswer
 
 P0, P1 = "shardId-000000000000", "shardId-000000000001"
 KEY_PATTERN = re.compile(
@@ -172,6 +180,54 @@ def test_two_racing_runs_land_exactly_once(
     assert_exactly_the_log(log, args)
     # The loser's files are gone; the winner's are the table's.
     assert all(winner.run_id in key for key in data_objects(log, args.lake()))
+
+
+def test_a_lost_commit_answer_removes_no_file_and_the_next_run_progresses(
+    spark: Any, log: AwsEnv, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Glue applies the run's UpdateTable, the answer is lost, botocore resends it and Glue
+    refuses the resend: pyiceberg reports the commit refused. The run finds its own
+    snapshot by its run id, reports it committed and removes no file; the table is
+    readable, its watermark is what it holds, and the next run appends what came since."""
+    args = job_args(log, max_records=100)
+    compact(spark, args)  # a first run: the table and a first snapshot
+    lost: list[LostAnswer] = []
+
+    def opened_with_a_lost_answer(*a: Any, **k: Any) -> Any:
+        table = open_table(*a, **k)
+        lost.append(LostAnswer(table.catalog.glue, "UpdateTable"))
+        lost[-1].arm(1)
+        return table
+
+    monkeypatch.setattr(compact_job, "open_table", opened_with_a_lost_answer)
+    before = data_objects(log, args.lake())
+    report = compact(spark, args)
+    (fault,) = lost
+    assert (fault.lost, fault.resent) == (1, 1)
+    assert report.conflicts == [] and report.records == 120 and report.snapshot_id is not None
+    assert open_table(args.lake()).current_snapshot().snapshot_id == report.snapshot_id  # type: ignore[union-attr]
+    after = data_objects(log, args.lake())
+    assert before.items() <= after.items()  # no file removed
+    assert sum(report.run_id in key for key in after) == report.files
+    monkeypatch.undo()
+    writer_for(log, clock, segment_max_records=50).append(P0, incoming_records(20, start=230))
+    while compact(spark, args).records:  # later runs make progress, to the head
+        pass
+    assert_exactly_the_log(log, args)
+
+
+def test_a_stale_run_removes_only_files_no_snapshot_references(spark: Any, log: AwsEnv) -> None:
+    """A run whose commit is refused as stale deletes its files, each only if the table
+    read afresh references it from no snapshot."""
+    args = job_args(log)
+    compact(spark, args)
+    table = open_table(args.lake())
+    committed = sorted(data_objects(log, args.lake()))
+    files = [{"file_key": k} for k in committed] + [{"file_key": f"{committed[0]}.stray"}]
+    log.clients.s3.put_object(Bucket=log.config.bucket, Key=files[-1]["file_key"], Body=b"x")
+    assert remove_files(log.clients, args.lake(), table, files) == [files[-1]["file_key"]]
+    assert sorted(data_objects(log, args.lake())) == committed
+    assert_exactly_the_log(log, args)
 
 
 def test_a_second_run_with_no_new_records_writes_nothing(spark: Any, log: AwsEnv) -> None:

@@ -28,6 +28,7 @@ from shardlog.lake.commit import (
 )
 from shardlog.lake.exceptions import (
     CatalogUnavailableError,
+    LakeCommitUnknownError,
     LakeConflictError,
     LakeError,
     LakeSchemaError,
@@ -38,6 +39,7 @@ from shardlog.segments import SegmentStore
 from tests.spark.helpers import data_objects, lake_rows, log_rows, unique_lake
 from tests.support.aws import AwsEnv
 from tests.support.factories import incoming_records, writer_for
+from tests.support.faults import LostAnswer
 
 P0, P1 = "shardId-000000000000", "shardId-000000000001"
 DAY_MS = 86_400_000
@@ -131,6 +133,74 @@ def test_two_racing_runs_only_one_lands(
     assert set(lost.value.partitions) == {P0, P1}
     assert lake_rows(lake) == log_rows(log)  # every record exactly once
     assert len(open_table(lake).snapshots()) == 1
+
+
+def lake_objects(aws: AwsEnv, lake: LakeSettings) -> set[str]:
+    """Every object under the table's location: data, manifests, metadata."""
+    pages = aws.clients.s3.get_paginator("list_objects_v2").paginate(
+        Bucket=lake.bucket, Prefix=lake.key_prefix
+    )
+    return {o["Key"] for page in pages for o in page.get("Contents", [])}
+
+
+def test_a_lost_commit_answer_is_recognised_as_landed(log: AwsEnv, lake: LakeSettings) -> None:
+    """Glue applies the commit's UpdateTable, the answer is lost, botocore resends it and
+    Glue refuses the resend (its VersionId is no longer current): pyiceberg reports a
+    refused commit for a commit that landed. The append finds its own snapshot by its run
+    id and reports it committed; nothing is deleted and the table stays readable."""
+    table = open_table(lake, create=True)
+    append(table, batch_of(log, lake, {P0: (0, 50)}))
+    batch = batch_of(log, lake, {P0: (50, 130), P1: (0, 60)})
+    before = lake_objects(log, lake)
+    lost = LostAnswer(table.catalog.glue, "UpdateTable")  # type: ignore[attr-defined]
+    lost.arm(1)
+    result = append(table, batch)
+    assert (lost.lost, lost.resent) == (1, 1)  # applied, answer lost, resend refused
+    assert result.watermarks == {P0: 130, P1: 60} and result.attempts == 1
+    landed = open_table(lake).current_snapshot()
+    assert landed is not None and landed.snapshot_id == result.snapshot_id
+    assert landed.summary[lake_commit.RUN_PROPERTY] == batch.run_id  # type: ignore[index]
+    assert before <= lake_objects(log, lake)  # nothing deleted
+    assert lake_rows(lake) == log_rows(log)  # readable, each record once
+    with pytest.raises(LakeConflictError):  # and the batch is in: a replay is refused
+        append(open_table(lake), batch_of(log, lake, {P0: (50, 130)}))
+
+
+def test_every_answer_lost_the_append_reads_the_table_to_find_out(
+    log: AwsEnv, lake: LakeSettings
+) -> None:
+    """Every answer to the commit's UpdateTable is lost (botocore gives up): the append does
+    not know what happened, reads the table, and finds its snapshot there."""
+    table = open_table(lake, create=True)
+    batch = batch_of(log, lake, {P0: (0, 130)})
+    lost = LostAnswer(table.catalog.glue, "UpdateTable")  # type: ignore[attr-defined]
+    lost.arm(100)
+    result = append(table, batch)
+    assert lost.lost == 11 and result.watermarks == {P0: 130}  # pyiceberg's 11 attempts
+    assert lake_rows(lake) == [r for r in log_rows(log) if r[0] == P0]
+
+
+def test_an_outcome_that_cannot_be_found_out_is_unknown_and_deletes_nothing(
+    log: AwsEnv, lake: LakeSettings
+) -> None:
+    """The commit's answer is lost and then the catalog cannot be read either: the outcome
+    is unknown, the append says so (not "refused": the caller must not delete its files),
+    and nothing is deleted; the next run finds out from the table."""
+    table = open_table(lake, create=True)
+    batch = batch_of(log, lake, {P0: (0, 130)})
+    before = lake_objects(log, lake)
+    glue = table.catalog.glue  # type: ignore[attr-defined]
+    lost_reads = LostAnswer(glue, "GetTable")
+    lost = LostAnswer(glue, "UpdateTable")
+    lost.arm(100, between=lambda: lost_reads.arm(1000))  # no read reaches it from now on
+    with pytest.raises(
+        LakeCommitUnknownError, match=f"the outcome of the commit to {lake.table} is unknown"
+    ) as unknown:
+        append(table, batch)
+    assert not isinstance(unknown.value, LakeConflictError)
+    lost_reads.disarm()
+    assert before <= lake_objects(log, lake)
+    assert lake_rows(lake) == [r for r in log_rows(log) if r[0] == P0]  # it had landed
 
 
 def test_a_stale_table_object_with_pyiceberg_retries_would_land_twice(

@@ -26,8 +26,10 @@ from tests.spark.helpers import data_objects, lake_rows, log_rows
 from tests.support.aws import AwsEnv
 from tests.support.cli import run_cli
 from tests.support.factories import incoming_records, writer_for
+from tests.support.lake import foreign_add_files
 
 P0 = "shardId-000000000000"
+DAY = timedelta(days=1)
 
 
 def written(aws: AwsEnv, lake: LakeSettings, start: int, end: int) -> LakeAppend:
@@ -131,3 +133,78 @@ def test_the_job_refuses_durations_past_their_minimum(
     with pytest.raises(SystemExit):
         JobArgs.parse([*base, option, str(edge - 1)])
     assert f"{edge - 1} is below the minimum {edge}" in capsys.readouterr().err
+
+
+def foreign_append(aws: AwsEnv, lake: LakeSettings) -> None:
+    foreign_add_files(aws, lake, len(foreign_rows(lake)))
+
+
+def test_expiry_keeps_the_snapshot_the_watermarks_are_read_from(
+    aws: AwsEnv, lake: LakeSettings, clock: Any
+) -> None:
+    """Another engine's snapshot is current: compaction reads the watermarks from its
+    parent. Expiring that parent (it is old, and not current) would leave no snapshot of
+    the table carrying watermarks, and every later compaction would fail."""
+    foreign_append(aws, lake)
+    foreign_append(aws, lake)  # two: the snapshot between them must stay as well
+    later = datetime.now(UTC) + timedelta(days=2)
+    report = maintain(aws.clients.s3, lake, open_table(lake), later, snapshot_retention=DAY)
+    table = open_table(lake)
+    assert len(report.expired_snapshots) == 1  # the first append's snapshot only
+    assert len(table.snapshots()) == 3  # the watermarks' snapshot and both foreign ones
+    assert table_watermarks(table) == {P0: 100}
+    writer_for(aws, clock, segment_max_records=50).append(P0, incoming_records(10, start=100))
+    append(table, written(aws, lake, 100, 110))  # compaction goes on from there
+    assert table_watermarks(open_table(lake)) == {P0: 110}
+
+
+def test_a_tagged_snapshot_is_kept_and_the_rest_expire(aws: AwsEnv, lake: LakeSettings) -> None:
+    """Another engine tagged an old snapshot: pyiceberg refuses to expire a tag's head, so
+    expiry leaves it out instead of failing every run."""
+    table = open_table(lake)
+    first = min(table.snapshots(), key=lambda s: s.timestamp_ms)
+    table.manage_snapshots().create_tag(first.snapshot_id, "audit").commit()
+    foreign_append(aws, lake)
+    later = datetime.now(UTC) + timedelta(days=2)
+    report = maintain(aws.clients.s3, lake, open_table(lake), later, snapshot_retention=DAY)
+    kept = {s.snapshot_id for s in open_table(lake).snapshots()}
+    assert first.snapshot_id in kept and first.snapshot_id not in report.expired_snapshots
+    assert lake_rows(lake) == sorted([*log_rows(aws), *foreign_rows(lake)])
+
+
+def test_statistics_files_the_table_references_are_not_orphans(
+    aws: AwsEnv, lake: LakeSettings
+) -> None:
+    """Another engine (Spark, Trino) wrote a statistics file and recorded it in the table's
+    metadata: it is referenced, so orphan removal keeps it however old."""
+    from pyiceberg.table.statistics import BlobMetadata, StatisticsFile
+
+    table = open_table(lake)
+    current = table.current_snapshot()
+    assert current is not None
+    key = f"{lake.key_prefix}metadata/{uuid.uuid4().hex}.stats"
+    aws.clients.s3.put_object(Bucket=lake.bucket, Key=key, Body=b"PFA1 puffin")
+    stats = StatisticsFile(
+        snapshot_id=current.snapshot_id,
+        statistics_path=s3_uri(lake.bucket, key),
+        file_size_in_bytes=11,
+        file_footer_size_in_bytes=4,
+        blob_metadata=[
+            BlobMetadata(
+                type="apache-datasketches-theta-v1",
+                snapshot_id=current.snapshot_id,
+                sequence_number=current.sequence_number or 0,
+                fields=[2],
+            )
+        ],
+    )
+    with table.update_statistics() as update:
+        update.set_statistics(stats)
+    later = datetime.now(UTC) + timedelta(days=2)
+    report = maintain(aws.clients.s3, lake, open_table(lake), later)
+    assert key not in report.removed_files and key in keys(aws, lake)
+    assert [k for k in report.removed_files if "/data/" in k]  # the crashed run's file went
+
+
+def foreign_rows(lake: LakeSettings) -> list[Any]:
+    return [r for r in lake_rows(lake) if r[0] == "foreign"]

@@ -8,6 +8,9 @@
   does for throttled entries, *without sending them*, and really sends the rest to the
   embedded Kinesis: what is in the stream is exactly what was acknowledged.
   ``RaisingProducer`` fails calls as a whole with the error botocore would raise.
+- ``LostAnswer``: the answer to a call of one operation of one botocore client is lost after
+  the service applied it: the request really goes out, the connection "closes" before the
+  answer, and botocore resends the same request as it does after a dropped connection.
 - Transport faults (lost answers, refused connections) are real: tests/support/proxy.py.
 """
 
@@ -19,7 +22,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ConnectionClosedError
+from botocore.httpsession import URLLib3Session
 
 from shardlog.aws import Clients
 from shardlog.producer import Producer
@@ -132,3 +136,69 @@ class StallBefore:
                 self.fired = True
         if due:
             self.action()
+
+
+class LostAnswer:
+    """Lose the answers to the next calls of ``operation`` on ``client`` (a botocore client:
+    e.g. pyiceberg's Glue catalog's ``glue``), after the service applied them.
+
+    Armed with ``arm(times)``, the next ``times`` requests of the operation are each sent
+    for real (on a connection of their own), their answer read and dropped, and botocore
+    is told the connection closed first (``ConnectionClosedError``): to botocore a dropped
+    connection, so it resends the same request, as it would, at once (its backoff wait is
+    skipped: it changes nothing here). ``between``, if given, runs once after the first
+    request was applied and before the resend (another process acting meanwhile). With
+    ``times`` past botocore's attempts the caller gets the error itself. ``lost`` counts
+    the answers lost; ``resent`` the resends that followed one.
+    """
+
+    def __init__(self, client: Any, operation: str) -> None:
+        self.operation = operation
+        self.lost = 0
+        self.resent = 0
+        self._to_lose = 0
+        self._between: Callable[[], object] | None = None
+        self._pending_resend = False
+        self._lock = threading.Lock()
+        self._http = URLLib3Session()
+        retries = client.meta.config.retries or {}
+        self._attempts = int(retries.get("total_max_attempts") or retries.get("max_attempts") or 3)
+        service = client.meta.service_model.service_id.hyphenize()
+        client.meta.events.register(f"before-send.{service}.{operation}", self._before_send)
+        client.meta.events.register_first(f"needs-retry.{service}.{operation}", self._retry)
+
+    def arm(self, times: int = 1, between: Callable[[], object] | None = None) -> None:
+        with self._lock:
+            self._to_lose, self._between = times, between
+
+    def disarm(self) -> int:
+        """Disarm; the answers lost since the last arm."""
+        with self._lock:
+            self._to_lose, self._between = 0, None
+            return self.lost
+
+    def _before_send(self, request: Any = None, **_: Any) -> None:
+        with self._lock:
+            if self._pending_resend:
+                self._pending_resend = False
+                self.resent += 1
+            if self._to_lose <= 0:
+                return
+            self._to_lose -= 1
+            between, self._between = self._between, None
+        answer = self._http.send(request)  # applied by the service ...
+        answer.content  # noqa: B018 (read whole: the service has finished with it)
+        with self._lock:
+            self.lost += 1  # ... and its answer never reaches the caller
+            self._pending_resend = True
+        if between is not None:
+            between()
+        raise ConnectionClosedError(endpoint_url=f"{request.url} (answer lost, injected)")
+
+    def _retry(self, caught_exception: Any = None, attempts: int = 1, **_: Any) -> Any:
+        lost_here = isinstance(caught_exception, ConnectionClosedError) and "injected" in str(
+            caught_exception
+        )
+        if lost_here and attempts < self._attempts:
+            return 0  # resend now, as botocore would after its wait
+        return None  # botocore's own decision (after its last attempt: give up)

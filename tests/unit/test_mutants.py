@@ -43,5 +43,8 @@ def test_every_mechanism_of_the_issue_has_a_mutation() -> None:
         "iam-ingest-commit", "iam-shard-sync-scan", "iam-producer-put-records",
         "iam-waker-stream-read", "iam-runner-lease-create", "iam-trigger-pass-role",
         "iam-spark-lake-commit", "iam-worker-lease-query",
+        "lake-own-commit-recognition", "lake-commit-deletes-nothing",
+        "compaction-removes-only-unreferenced", "orphan-reference-check",
+        "expiry-keeps-watermark-chain", "glue-version-check",
     }  # fmt: skip
     assert len(names) == len(MUTATIONS)
