@@ -8,9 +8,10 @@ Protocol (every write fenced on the group's ``leaseCounter``, as for worker grou
 2. **Lease.** ``acquire`` the group's lease on the partition (owner ``lambda:<request
    id>``). Held by a live runner: another wake is at work; it re-checks the head after
    releasing, so nothing is lost. The lease outlasts one invocation plus a checkpoint.
-3. **Position.** The checkpoint (the next seq to deliver), or for a partition without
-   one, the group's start position (TRIM_HORIZON, or the first record that arrived at or
-   after LATEST's / AT_TIMESTAMP's instant), written before anything is invoked. A batch
+3. **Position.** The checkpoint (the next seq to deliver). The group's start position was
+   fixed per partition when the group was registered (shardlog/consumer/creation.py, at
+   deploy or `shardlog local up`; an unregistered group reads nothing); a partition that
+   appeared later starts at seq 0, written before anything is invoked. A batch
    being retried (``retryStartSeq``, ``retryEndSeq``, ``retryBatchSize``, ``retryAttempts``
    on the lease item)
    is taken up again where a previous runner left it.
@@ -52,7 +53,7 @@ from typing import Any
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
-from shardlog.consumer.positions import resolve_start
+from shardlog.consumer.creation import LAMBDA, GroupRecord, read_group
 from shardlog.exceptions import ConfigurationError, LeaseHeldError, LeaseLostError
 from shardlog.format import LogRecord
 from shardlog.lambda_consumer.destinations import (
@@ -78,7 +79,6 @@ from shardlog.tables import (
     consumer_key,
     from_ddb,
     n,
-    s,
     update_item,
 )
 
@@ -174,7 +174,7 @@ class Runner:
             if self.consumer.on_failure_destination
             else None
         )
-        self._group_created_at_ms: int | None = None
+        self._group: GroupRecord | None = None
         self._ensured: set[str] = set()  # lease items this runner (a warm Lambda) created
 
     # --- one wake ------------------------------------------------------------------------
@@ -187,9 +187,19 @@ class Runner:
             report.outcome = Outcome.NOT_READY
             return report
         assert partition is not None
-        created_at = self._group_created_at()
+        group = self._group_record()
+        if group is None or not group.positioned:
+            logger.error(
+                "%s: the group is not registered (its start positions are fixed when it is "
+                "created: deploy, or `shardlog local up`); nothing is read",
+                self.group,
+            )
+            report.outcome = Outcome.NOT_READY
+            return report
         if partition_id not in self._ensured:  # once per warm runner: a request saved a wake
-            self.leases.ensure(self.group, partition_id, partition.parents)
+            self.leases.ensure(
+                self.group, partition_id, partition.parents, checkpoint=group.position(partition_id)
+            )
             self._ensured.add(partition_id)
         try:
             lease = self.leases.acquire(self.group, partition_id, f"lambda:{request_id}")
@@ -201,7 +211,7 @@ class Runner:
             return report
         session = _Session(self, lease, report, remaining_ms)
         try:
-            session.start(partition, created_at)
+            session.start(partition)
             session.deliver()
         except LeaseLostError as exc:
             logger.warning(
@@ -222,27 +232,19 @@ class Runner:
         leases = {p: lease for p in known if (lease := self.tables.get_lease(self.group, p))}
         return parents_done(partition.parents, known, leases)
 
-    def _group_created_at(self) -> int:
-        """Register the group as a Lambda group (once) and return when it was created."""
-        if self._group_created_at_ms is not None:
-            return self._group_created_at_ms
-        now = self.clock.now_ms()
-        update = Update(
-            self.settings.consumers_table,
-            consumer_key(self.group, C.GROUP_ITEM_ID),
-            ("#kind = :lambda", "#created = if_not_exists(#created, :now)"),
-            condition="attribute_not_exists(#kind) OR #kind = :lambda",
-            values={":lambda": s("lambda"), ":now": n(now)},
-        )
-        outcome = update_item(self.clients, update)
-        if not outcome.written or outcome.item is None:
-            raise ConfigurationError(
-                f"consumer group {self.group!r} is not a Lambda consumer group (its workers run "
-                "`shardlog consume`); a group is one or the other: pick another group name"
-            )
-        created = int(from_ddb(outcome.item)[C.ATTR_GROUP_CREATED_AT])
-        self._group_created_at_ms = created
-        return created
+    def _group_record(self) -> GroupRecord | None:
+        """The group's creation record (read once per warm runner; it never changes). None:
+        not registered yet (deploy and `shardlog local up` register it before any wake)."""
+        if self._group is None:
+            record = read_group(self.clients, self.settings.consumers_table, self.group)
+            if record is not None and record.kind != LAMBDA:
+                raise ConfigurationError(
+                    f"consumer group {self.group!r} is not a Lambda consumer group (its "
+                    "workers run `shardlog consume`); a group is one or the other: pick "
+                    "another group name"
+                )
+            self._group = record
+        return self._group
 
     def read_retry_state(self, partition_id: str) -> RetryState | None:
         response = self.clients.dynamodb.get_item(
@@ -280,18 +282,15 @@ class _Session:
         self.shard_end = False
 
     # --- 3. position ---------------------------------------------------------------------
-    def start(self, partition: PartitionInfo, group_created_at_ms: int) -> None:
+    def start(self, partition: PartitionInfo) -> None:
         checkpoint = self.lease.checkpoint
         if checkpoint == C.SHARD_END:
             self.shard_end = True
             position = partition.next_seq
         elif checkpoint is not None:
             position = int(checkpoint)
-        elif partition.parents:
-            position = 0  # its parents were consumed to their end: start at its start
-        else:
-            start = self.consumer.start_position(group_created_at_ms)
-            position = resolve_start(self.runner.reader, self.partition_id, start)
+        else:  # not in the group's creation positions: it appeared later, read it all
+            position = 0
         self.feed = LogFeed(
             self.runner.reader.store, self.runner.tables, self.partition_id, position
         )

@@ -2,9 +2,11 @@
 handlers as on AWS, their event sources emulated in-process, and the group's function
 called in-process (``LocalInvoker``).
 
-Per group: an SQS FIFO wake queue (with a dead-letter queue), an SQS on-failure queue,
-the runner handler behind a local SQS event source. Shared: the partitions table's
-DynamoDB stream behind a local stream event source calling the waker, and the sweep.
+Each group is registered first (its start position fixed per partition, as a deploy's
+custom resource does). Per group: an SQS FIFO wake queue (with a dead-letter queue), an
+SQS on-failure queue, the runner handler behind a local SQS event source. Shared: the
+partitions table's DynamoDB stream behind a local stream event source calling the waker,
+and the sweep.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from shardlog.config import ShardlogConfig
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ConfigurationError, ValidationError
 from shardlog.lambda_consumer.invoke import LocalInvoker
+from shardlog.lambda_consumer.registration import register
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
 from shardlog.lambda_consumer.wake import wake_queue_name
 from shardlog.local.event_sources import DynamoDbStreamSource, SqsEventSource
@@ -110,6 +113,14 @@ class LocalLambdaConsumers:
         stream_arn = self.clients.kinesis.describe_stream_summary(
             StreamName=self.config.stream_name
         )["StreamDescriptionSummary"]["StreamARN"]
+        for group in self.groups:  # fixed before any wake can reach a runner
+            register(
+                self.clients,
+                group.settings,
+                bucket=self.config.bucket,
+                names=self.config.tables,
+                now_ms=self.clock.now_ms(),
+            )
         for group in self.groups:
             name = group.settings.group
             self._create_queues(sqs, name)

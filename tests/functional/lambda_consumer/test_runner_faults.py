@@ -169,9 +169,11 @@ def test_a_worker_group_cannot_become_a_lambda_group(aws: AwsEnv, clock: ManualC
     append(aws, P, incoming_records(1, start=0))
     aws.clients.dynamodb.put_item(
         TableName=aws.config.consumers_table,
-        Item={**consumer_key("billing", C.GROUP_ITEM_ID), C.ATTR_GROUP_KIND: {"S": "worker"}},
+        Item={**consumer_key("billing", C.GROUP_ITEM_ID), C.ATTR_GROUP_KIND: {"S": "workers"}},
     )
-    runner, _ = runner_for(aws, clock, Recorder())
+    with pytest.raises(ConfigurationError, match="not a Lambda consumer group"):
+        runner_for(aws, clock, Recorder())  # refused where deploy registers it
+    runner, _ = runner_for(aws, clock, Recorder(), register_group=False)
     with pytest.raises(ConfigurationError, match="not a Lambda consumer group"):
         run(runner)
 
