@@ -28,6 +28,9 @@ Protocol (every write fenced on the group's ``leaseCounter``, as for worker grou
      are then delivered in sub-batches of the current size until they are all through;
    - attempts past ``maximum_retry_attempts`` (unless -1): the sub-batch goes to the
      on-failure destination as one failed-batch record, the checkpoint moves past it.
+     The give-up is written first (``pendingOnFailure``, fenced), then the record is sent,
+     then the checkpoint clears it: a runner that lost its lease is refused before it
+     sends anything, and a runner that finds a give-up pending sends it (uninvoked).
 
    The retry state is written (fenced) before each retry, so a runner restart resumes it.
    Before each invocation the runner checks it can finish one more (the function's
@@ -45,7 +48,7 @@ be delivered twice; nothing is ever skipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -79,6 +82,7 @@ from shardlog.tables import (
     consumer_key,
     from_ddb,
     n,
+    s,
     update_item,
 )
 
@@ -107,6 +111,40 @@ class RetryState:
     end: int
     size: int
     attempts: int
+
+
+@dataclass(frozen=True)
+class PendingFailure:
+    """The group gave up on the records [start, end) (recorded, fenced, before the on-failure
+    record is sent); the next runner sends the record if this one could not."""
+
+    start: int
+    end: int
+    condition: str
+    attempts: int
+    function_error: str | None
+
+    def attribute(self) -> dict[str, Any]:
+        value: dict[str, Any] = {
+            "start": n(self.start),
+            "end": n(self.end),
+            "condition": s(self.condition),
+            "attempts": n(self.attempts),
+        }
+        if self.function_error is not None:
+            value["functionError"] = s(self.function_error)
+        return {"M": value}
+
+    @classmethod
+    def from_value(cls, value: Mapping[str, Any]) -> PendingFailure:
+        error = value.get("functionError")
+        return cls(
+            int(value["start"]),
+            int(value["end"]),
+            str(value["condition"]),
+            int(value["attempts"]),
+            str(error) if error is not None else None,
+        )
 
 
 @dataclass
@@ -246,22 +284,26 @@ class Runner:
             self._group = record
         return self._group
 
-    def read_retry_state(self, partition_id: str) -> RetryState | None:
+    def read_progress(self, partition_id: str) -> tuple[RetryState | None, PendingFailure | None]:
+        """A batch being retried, and a give-up whose record may not have been sent."""
         response = self.clients.dynamodb.get_item(
             TableName=self.settings.consumers_table,
             Key=consumer_key(self.group, partition_id),
             ConsistentRead=True,
         )
         item = from_ddb(response.get("Item", {}))
+        pending = item.get(C.ATTR_PENDING_FAILURE)
+        failure = PendingFailure.from_value(pending) if pending is not None else None
         if C.ATTR_RETRY_START not in item:
-            return None
+            return None, failure
         start, end = int(item[C.ATTR_RETRY_START]), int(item[C.ATTR_RETRY_END])
-        return RetryState(
+        retry = RetryState(
             start,
             end,
             int(item.get(C.ATTR_RETRY_SIZE, end - start)),
             int(item.get(C.ATTR_RETRY_ATTEMPTS, 0)),
         )
+        return retry, failure
 
 
 class _Session:
@@ -279,6 +321,7 @@ class _Session:
         self.partition_id = lease.partition_id
         self.feed: LogFeed
         self.retry: RetryState | None = None
+        self.pending: PendingFailure | None = None
         self.shard_end = False
 
     # --- 3. position ---------------------------------------------------------------------
@@ -297,7 +340,7 @@ class _Session:
         if checkpoint is None:  # durable before anything is invoked: a takeover starts here too
             self._checkpoint(position, clear_retry=False)
         elif not self.shard_end:
-            self.retry = self.runner.read_retry_state(self.partition_id)
+            self.retry, self.pending = self.runner.read_progress(self.partition_id)
 
     # --- 4. batches ----------------------------------------------------------------------
     def deliver(self) -> None:
@@ -307,6 +350,8 @@ class _Session:
             self.report.outcome = Outcome.STOPPED
 
     def _deliver(self) -> None:
+        if self.pending is not None:  # a previous runner gave up and may not have sent it
+            self._send_pending(self.pending)
         while not self.shard_end:
             if self.remaining_ms() < self.consumer.function_timeout_ms + STOP_MARGIN_MS:
                 self.report.outcome = Outcome.STOPPED
@@ -423,16 +468,38 @@ class _Session:
     def _give_up(
         self, records: list[LogRecord], condition: str, *, attempts: int, function_error: str | None
     ) -> None:
+        """Fenced first, then the destination: a runner that lost its lease (a zombie) is
+        refused before it sends anything, and a give-up once recorded is sent by whichever
+        runner holds the lease (at least once: a crash after sending sends it again)."""
+        pending = PendingFailure(
+            records[0].seq, records[-1].seq + 1, condition, attempts, function_error
+        )
+        self._record_give_up(pending)
+        self._send_pending(pending, records)
+
+    def _record_give_up(self, pending: PendingFailure) -> None:
+        update = self.runner.leases.checkpoint_update(
+            self.lease, str(pending.start), now_ms=self.clock.now_ms()
+        )
+        self._send(_with(update, sets=("#pf = :pf",), values={":pf": pending.attribute()}))
+        self.pending = pending
+
+    def _send_pending(
+        self, pending: PendingFailure, records: list[LogRecord] | None = None
+    ) -> None:
         runner = self.runner
+        if records is None:
+            self.feed.seek(pending.start)
+            records = [f.record for f in self.feed.peek(pending.end - pending.start)]
         if runner.destination is not None:
             runner.destination.send(
                 FailedBatch(
                     runner.group,
                     self.partition_id,
                     records,
-                    condition,
-                    attempts,
-                    function_error,
+                    pending.condition,
+                    pending.attempts,
+                    pending.function_error,
                     runner.function_arn,
                 ),
                 self.clock.now_ms(),
@@ -441,14 +508,14 @@ class _Session:
             "%s/%s: gave up on seqs [%d, %d] (%s after %d attempts)%s; moving on",
             runner.group,
             self.partition_id,
-            records[0].seq,
-            records[-1].seq,
-            condition,
-            attempts,
+            pending.start,
+            pending.end - 1,
+            pending.condition,
+            pending.attempts,
             "" if runner.destination else " with no on-failure destination",
         )
-        self.report.sent_to_destination += len(records)
-        self._advance(records[-1].seq + 1)
+        self.report.sent_to_destination += pending.end - pending.start
+        self._advance(pending.end)
 
     def _advance(self, next_seq: int) -> None:
         """Everything before ``next_seq`` is done: checkpoint it, and go on retrying the
@@ -464,9 +531,9 @@ class _Session:
         update = self.runner.leases.checkpoint_update(
             self.lease, str(next_seq), now_ms=self.clock.now_ms()
         )
-        if clear_retry:
-            update = _with(update, removes=_RETRY_ATTRIBUTES)
+        update = _with(update, removes=(*_RETRY_ATTRIBUTES, "#pf") if clear_retry else ("#pf",))
         self._send(update)
+        self.pending = None
         if clear_retry:
             self.retry = None
         self.feed.seek(next_seq)
@@ -487,6 +554,7 @@ class _Session:
         self._send(
             _with(
                 base,
+                removes=("#pf",),
                 sets=(
                     "#rstart = :rstart",
                     "#rend = :rend",
@@ -501,7 +569,7 @@ class _Session:
                 },
             )
         )
-        self.retry = retry
+        self.retry, self.pending = retry, None
         if checkpoint is not None:
             self.feed.seek(checkpoint)
 

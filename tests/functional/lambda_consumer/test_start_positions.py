@@ -20,9 +20,10 @@ from tests.support.lambda_consumers import Recorder, drive, plenty_of_time, runn
 
 P = "shardId-000000000000"
 PARENT, LEFT, RIGHT = "parent", "left", "right"
+GROUP = "starts"  # its own queues: runner_for's "billing" queues have other attributes
 
 
-def checkpoint(aws: AwsEnv, partition_id: str, group: str = "billing") -> str | None:
+def checkpoint(aws: AwsEnv, partition_id: str, group: str = GROUP) -> str | None:
     lease = Tables(aws.clients, aws.config.tables).get_lease(group, partition_id)
     return lease.checkpoint if lease else None
 
@@ -50,13 +51,13 @@ def test_latest_delivers_what_was_committed_after_creation_before_the_first_run(
     fix LATEST at its own first run, after them, and checkpoint past them)."""
     append(aws, P, incoming_records(4, start=0, arrival_ms=clock.now_ms() - 10_000))
     recorder = Recorder()
-    group = start_group(recorder, starting_position="LATEST")  # created (registered) now
+    group = start_group(recorder, GROUP, starting_position="LATEST")  # created (registered) now
     clock.advance(1_000)
     append(aws, P, incoming_records(3, start=4, arrival_ms=clock.now_ms() - 500))
     clock.advance(1_000)  # the first run comes later still
     drive(group, clock)
     assert recorder.seqs(P) == [4, 5, 6]
-    record = read_group(aws.clients, aws.config.consumers_table, "billing")
+    record = read_group(aws.clients, aws.config.consumers_table, GROUP)
     assert record is not None and record.positions == {P: "4"}
 
 
@@ -70,7 +71,7 @@ def test_a_group_created_after_a_split_starts_the_children_at_its_position(
     settings = {"starting_position": position}
     if position == "AT_TIMESTAMP":
         settings["starting_position_timestamp_ms"] = clock.now_ms()  # type: ignore[assignment]
-    group = start_group(recorder, **settings)
+    group = start_group(recorder, GROUP, **settings)
     clock.advance(1_000)
     append(aws, LEFT, incoming_records(2, start=11, keys=["a"], arrival_ms=clock.now_ms()))
     drive(group, clock)
@@ -87,8 +88,8 @@ def test_a_latest_group_created_mid_reshard_skips_the_closed_parent_and_waits_fo
     the parent ENDED (parents first)."""
     split(aws, ended=False)
     recorder = Recorder()
-    group = start_group(recorder, starting_position="LATEST")
-    record = read_group(aws.clients, aws.config.consumers_table, "billing")
+    group = start_group(recorder, GROUP, starting_position="LATEST")
+    record = read_group(aws.clients, aws.config.consumers_table, GROUP)
     assert record is not None
     assert record.positions == {PARENT: C.SHARD_END, LEFT: "3", RIGHT: "3"}
     append(aws, PARENT, incoming_records(2, start=20, keys=["b"]))  # ingest catching up
@@ -107,7 +108,7 @@ def test_a_partition_that_appears_after_creation_is_read_from_its_start(
     register_partition(aws, PARENT, ())
     append(aws, PARENT, incoming_records(4, start=0, keys=["a"]))
     recorder = Recorder()
-    group = start_group(recorder, starting_position="LATEST")
+    group = start_group(recorder, GROUP, starting_position="LATEST")
     append(aws, PARENT, incoming_records(1, start=4, keys=["a"]))
     close(aws.clients, aws.config.partitions_table, PARENT, "9" * 70)
     register_partition(aws, LEFT, (PARENT,))
@@ -120,10 +121,10 @@ def test_a_partition_that_appears_after_creation_is_read_from_its_start(
 def test_an_unregistered_group_reads_nothing(aws: AwsEnv, clock: ManualClock) -> None:
     append(aws, P, incoming_records(2, start=0))
     recorder = Recorder()
-    runner, _ = runner_for(aws, clock, recorder, register_group=False)
+    runner, _ = runner_for(aws, clock, recorder, "unregistered", register_group=False)
     report = runner.run(P, request_id="r", remaining_ms=plenty_of_time)
     assert report.outcome is Outcome.NOT_READY and recorder.calls == []
-    assert checkpoint(aws, P) is None
+    assert checkpoint(aws, P, "unregistered") is None
 
 
 def test_a_registered_group_keeps_its_positions_and_refuses_another_start(
@@ -132,12 +133,12 @@ def test_a_registered_group_keeps_its_positions_and_refuses_another_start(
     """Registering again (an update, a retried deploy) changes nothing; another starting
     position is refused, naming the one the group was created at."""
     append(aws, P, incoming_records(3, start=0))
-    runner_for(aws, clock, Recorder(), starting_position="LATEST")
+    runner_for(aws, clock, Recorder(), "registered", starting_position="LATEST")
     append(aws, P, incoming_records(2, start=3))
     clock.advance(1_000)
-    runner_for(aws, clock, Recorder(), starting_position="LATEST")
-    record = read_group(aws.clients, aws.config.consumers_table, "billing")
+    runner_for(aws, clock, Recorder(), "registered", starting_position="LATEST")
+    record = read_group(aws.clients, aws.config.consumers_table, "registered")
     assert record is not None and record.positions == {P: "3"}
-    assert checkpoint(aws, P) == "3"
+    assert checkpoint(aws, P, "registered") == "3"
     with pytest.raises(ConfigurationError, match="created at LATEST"):
-        runner_for(aws, clock, Recorder(), starting_position="TRIM_HORIZON")
+        runner_for(aws, clock, Recorder(), "registered", starting_position="TRIM_HORIZON")
