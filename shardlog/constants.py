@@ -117,6 +117,7 @@ METRIC_RECORDS_DELIVERED: Final = "RecordsDelivered"
 METRIC_BATCHES_FAILED: Final = "BatchesFailed"
 METRIC_RECORDS_TO_ON_FAILURE: Final = "RecordsSentToOnFailure"
 METRIC_WAKES_SENT: Final = "WakesSent"
+METRIC_GROUP_REGISTRATIONS_FAILED: Final = "GroupRegistrationsFailed"  # deploy-time
 DIMENSION_CONSUMER_GROUP: Final = "consumerGroup"  # the groups' metrics carry it
 LAMBDA_CONSUMER_BATCH_SIZE: Final = 100
 LAMBDA_CONSUMER_MAX_RETRY_ATTEMPTS: Final = 3

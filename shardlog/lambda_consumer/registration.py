@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from shardlog.aws import Clients
 from shardlog.consumer.creation import LAMBDA, GroupCreator, GroupRecord
-from shardlog.lambda_consumer.settings import LambdaConsumerSettings
+from shardlog.consumer.positions import StartPosition
 from shardlog.lease import LeaseManager
 from shardlog.reader import LogReader
 from shardlog.tables import TableNames, Tables
@@ -19,7 +19,8 @@ from shardlog.tables import TableNames, Tables
 
 def register(
     clients: Clients,
-    consumer: LambdaConsumerSettings,
+    group: str,
+    start: StartPosition,
     *,
     bucket: str,
     names: TableNames,
@@ -32,4 +33,4 @@ def register(
         LogReader(clients, bucket, names),
         LeaseManager(clients, names.consumers),
     )
-    return creator.create(consumer.group, LAMBDA, consumer.start_position(), now_ms, strict=True)
+    return creator.create(group, LAMBDA, start, now_ms, strict=True)

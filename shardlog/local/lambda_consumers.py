@@ -27,7 +27,6 @@ from shardlog.config import ShardlogConfig
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ConfigurationError, ValidationError
 from shardlog.lambda_consumer.invoke import LocalInvoker
-from shardlog.lambda_consumer.registration import register
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
 from shardlog.lambda_consumer.wake import wake_queue_name
 from shardlog.local.event_sources import DynamoDbStreamSource, SqsEventSource
@@ -113,14 +112,7 @@ class LocalLambdaConsumers:
         stream_arn = self.clients.kinesis.describe_stream_summary(
             StreamName=self.config.stream_name
         )["StreamDescriptionSummary"]["StreamARN"]
-        for group in self.groups:  # fixed before any wake can reach a runner
-            register(
-                self.clients,
-                group.settings,
-                bucket=self.config.bucket,
-                names=self.config.tables,
-                now_ms=self.clock.now_ms(),
-            )
+        self._register()  # the groups' positions are fixed before any wake reaches a runner
         for group in self.groups:
             name = group.settings.group
             self._create_queues(sqs, name)
@@ -165,6 +157,26 @@ class LocalLambdaConsumers:
             batch_size=C.WAKER_BATCH_SIZE,
         ).start()
         return self
+
+    def _register(self) -> None:
+        """What the stack's custom resource does at deploy, through the same handler."""
+        from lambdas.group_registration.handler import create_event
+        from lambdas.group_registration.handler import create_handler as create_registration
+        from lambdas.group_registration.settings import RegistrationSettings
+
+        settings = RegistrationSettings(
+            bucket=self.config.bucket,
+            partitions_table=self.config.partitions_table,
+            consumers_table=self.config.consumers_table,
+        )
+        registration = create_registration(
+            settings, self.config.clients(), self.clock, respond=lambda _url, _body: None
+        )
+        context = _context("shardlog-group-registration", self.clients)
+        for group in self.groups:
+            answer = registration(create_event(group.settings), context)
+            if answer["Status"] != "SUCCESS":
+                raise ConfigurationError(f"{group.settings.group}: {answer['Reason']}")
 
     def _create_queues(self, sqs: Any, group: str) -> None:
         safe = _safe(group)

@@ -119,7 +119,8 @@ def runner_for(
     if register_group:  # what deploy does before any wake
         register(
             clients,
-            consumer,
+            group,
+            consumer.start_position(),
             bucket=aws.config.bucket,
             names=aws.config.tables,
             now_ms=clock.now_ms(),
