@@ -83,6 +83,13 @@ MACHINES = {
             "LambdaConsumerModel",
             "runner crashes before any AWS call, zombie invocations, lost wakes, timeouts, split",
         ),
+        Machine(
+            "start-positions",
+            "tests.functional.consumer.test_start_model",
+            "StartPositionModel",
+            "worker and Lambda groups created before, during and after a split and a merge, at "
+            "every start position; ingest lag (closed partitions still receiving), lost wakes",
+        ),
     )
 }
 
