@@ -171,7 +171,7 @@ def _lambda_consumers(stack: ShardlogStack) -> None:
             "AwsSolutions-IAM5",
             "Registration finds an AT_TIMESTAMP group's first record in committed segments, "
             "whose keys it computes (events/<partition>/<seq>): GetObject only, scoped to the "
-            "events/ prefix.",
+            "log's prefix.",
             _objects(stack.storage.bucket, C.EVENTS_PREFIX),
         )
     for group in consumers.groups.values():

@@ -185,3 +185,26 @@ def test_workers_joining_a_group_being_created_use_its_positions(
     run_until_idle([late], clock)
     assert journal.seqs("p0") == [] and journal.seqs("r1") == [3]
     late.shutdown()
+
+
+def test_a_partition_done_at_creation_still_waits_for_its_parents(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    """AT_SEQUENCE can put a child past its end while its parent still has records to
+    deliver: the child is not marked done (SHARD_END) ahead of it, so the grandchild still
+    waits for the parent's records (each key in order)."""
+    register_partition(aws, "p0", ())
+    append(aws, "p0", incoming_records(9, keys=["a"]))  # three batches of records_per_call
+    end_partition(aws, "p0")
+    register_partition(aws, "c1", ("p0",))
+    append(aws, "c1", incoming_records(2, keys=["a"]))
+    end_partition(aws, "c1")
+    register_partition(aws, "g2", ("c1",))
+    append(aws, "g2", incoming_records(2, keys=["a"]))
+    journal = Journal()
+    settings = at(StartPosition.at_sequence({"c1": 9}))
+    worker = recording_worker(aws, journal, "w", clock, settings=settings)
+    run_until_idle([worker], clock)
+    order = [d.partition_id for d in journal.deliveries]
+    assert order == ["p0"] * 9 + ["g2"] * 2
+    worker.shutdown()
