@@ -58,6 +58,7 @@ from tests.support.schedules import Tally
 TALLY = Tally()
 MID_RESHARD = "group created mid-reshard"
 AFTER_SPLIT = "group created after a split"
+LATEST_CLOSED = "LATEST group created while a closed partition still receives records"
 WOKEN_LATE = "LATEST group woken by records produced after creation but before its first run"
 # What every run must reach: the edges, and each kind of group at each of its positions.
 MUST_REACH = (
@@ -65,6 +66,7 @@ MUST_REACH = (
     AFTER_SPLIT,
     WOKEN_LATE,
     "group created after a merge",
+    LATEST_CLOSED,
     *(f"lambda {p}" for p in ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")),
     *(f"workers {p}" for p in ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP", "AT_SEQUENCE")),
 )
@@ -188,10 +190,10 @@ class StartPositionModel(RuleBasedStateMachine):
         register_partition(self.aws, "p0", ())
         TALLY.add("schedules")
 
-    @initialize()
-    def a_latest_lambda_group_before_any_record(self) -> None:
+    @initialize(position_kind=st.sampled_from(["LATEST", "AT_TIMESTAMP", "TRIM_HORIZON"]))
+    def a_lambda_group_before_any_record(self, position_kind: str) -> None:
         """Deployed with the stream: its first records wake it (or the minute's sweep)."""
-        self.create("lambda", "LATEST", None)
+        self.create("lambda", position_kind, None)
 
     @initialize(
         position_kind=st.sampled_from(["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP", "AT_SEQUENCE"]),
@@ -232,7 +234,10 @@ class StartPositionModel(RuleBasedStateMachine):
     @precondition(lambda self: self.phase < 2)
     @rule()
     def reshard(self) -> None:
-        """Split p0, or merge c1 and c2: the parents close, the children open."""
+        """Split p0, or merge c1 and c2: the parents close (each key's last record before it
+        still in flight to ingest), the children open."""
+        for key in KEYS:
+            self.produce(key, 1, commit_now=False)
         closing = sorted({p for p in ROUTES[self.phase].values()})
         self.phase += 1
         for parent in closing:
@@ -279,6 +284,9 @@ class StartPositionModel(RuleBasedStateMachine):
             TALLY.add(MID_RESHARD)
         if "m3" in self.states:
             TALLY.add("group created after a merge")
+        receiving = [p for p, s in self.states.items() if s == C.STATE_CLOSED and self.pending[p]]
+        if receiving and group.position.kind == "LATEST":
+            TALLY.add(LATEST_CLOSED)
 
     def _position(self, kind: str, data: st.DataObject | None, lambda_group: bool) -> StartPosition:
         if kind == "LATEST" or data is None:
@@ -432,7 +440,7 @@ def test_start_position_model(endpoint_url: str) -> None:
     TALLY.reset()
     run = StartPositionModel.TestCase
     run.settings = settings(
-        max_examples=20,
+        max_examples=12,
         stateful_step_count=16,
         deadline=None,
         derandomize=True,
