@@ -11,8 +11,9 @@ from shardlog.clock import ManualClock
 from shardlog.consumer.creation import read_group
 from shardlog.exceptions import ConfigurationError
 from shardlog.lambda_consumer.runner import Outcome
+from shardlog.lease import LeaseManager
 from shardlog.partitions import close
-from shardlog.tables import Tables
+from shardlog.tables import Tables, consumer_key
 from tests.functional.lambda_consumer.conftest import Start
 from tests.support.aws import AwsEnv
 from tests.support.factories import append, end_partition, incoming_records, register_partition
@@ -142,3 +143,29 @@ def test_a_registered_group_keeps_its_positions_and_refuses_another_start(
     assert checkpoint(aws, P, "registered") == "3"
     with pytest.raises(ConfigurationError, match="created at LATEST"):
         runner_for(aws, clock, Recorder(), "registered", starting_position="TRIM_HORIZON")
+
+
+def test_a_group_registered_by_an_earlier_version_gets_its_positions_and_keeps_its_checkpoints(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    """Its `$group` item has no positions (its first runner wrote it): the next registration
+    records them, from then; a partition it already has a checkpoint for keeps it."""
+    append(aws, P, incoming_records(5, start=0))
+    register_partition(aws, "q", ())
+    append(aws, "q", incoming_records(3, start=0))
+    aws.clients.dynamodb.put_item(
+        TableName=aws.config.consumers_table,
+        Item={
+            **consumer_key("legacy", C.GROUP_ITEM_ID),
+            C.ATTR_GROUP_KIND: {"S": "lambda"},
+            C.ATTR_GROUP_CREATED_AT: {"N": "5"},
+        },
+    )
+    LeaseManager(aws.clients, aws.config.consumers_table).ensure("legacy", P, checkpoint="2")
+    runner, _ = runner_for(aws, clock, Recorder(), "legacy", starting_position="LATEST")
+    record = read_group(aws.clients, aws.config.consumers_table, "legacy")
+    assert record is not None and record.created_at_ms == 5
+    assert record.positions == {P: "5", "q": "3"}
+    assert (checkpoint(aws, P, "legacy"), checkpoint(aws, "q", "legacy")) == ("2", "3")
+    report = runner.run(P, request_id="r", remaining_ms=plenty_of_time)
+    assert report.delivered == 3
