@@ -271,8 +271,8 @@ class Runner:
         return parents_done(partition.parents, known, leases)
 
     def _group_record(self) -> GroupRecord | None:
-        """The group's creation record (read once per warm runner; it never changes). None:
-        not registered yet (deploy and `shardlog local up` register it before any wake)."""
+        """The group's creation record (kept by a warm runner once positioned: it never
+        changes). None: not registered yet (deploy and `shardlog local up` register it)."""
         if self._group is None:
             record = read_group(self.clients, self.settings.consumers_table, self.group)
             if record is not None and record.kind != LAMBDA:
@@ -281,6 +281,8 @@ class Runner:
                     "workers run `shardlog consume`); a group is one or the other: pick "
                     "another group name"
                 )
+            if record is None or not record.positioned:
+                return record  # read again next time: registration may come meanwhile
             self._group = record
         return self._group
 

@@ -119,13 +119,19 @@ def test_a_partition_that_appears_after_creation_is_read_from_its_start(
     assert recorder.seqs(PARENT) == [4] and recorder.seqs(LEFT) == [0, 1]
 
 
-def test_an_unregistered_group_reads_nothing(aws: AwsEnv, clock: ManualClock) -> None:
+def test_an_unregistered_group_reads_nothing_until_it_is_registered(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
     append(aws, P, incoming_records(2, start=0))
     recorder = Recorder()
     runner, _ = runner_for(aws, clock, recorder, "unregistered", register_group=False)
     report = runner.run(P, request_id="r", remaining_ms=plenty_of_time)
     assert report.outcome is Outcome.NOT_READY and recorder.calls == []
     assert checkpoint(aws, P, "unregistered") is None
+    runner_for(aws, clock, Recorder(), "unregistered", starting_position="LATEST")  # deploy
+    append(aws, P, incoming_records(1, start=2))
+    report = runner.run(P, request_id="r2", remaining_ms=plenty_of_time)  # the same warm runner
+    assert report.outcome is Outcome.CAUGHT_UP and recorder.seqs(P) == [2]
 
 
 def test_a_registered_group_keeps_its_positions_and_refuses_another_start(
