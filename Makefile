@@ -32,7 +32,9 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 # Two workers (this machine has two cores); infra and Spark tests stay on one worker each.
-test: lint cdk-cli kclpy
+# spark-archive and lambda-runtime: the tests that run the Spark jobs and the Lambda handlers
+# as shipped (docs/DEPLOY.md, "What is proven before you deploy"); both cached in build/.
+test: lint cdk-cli kclpy spark-archive lambda-runtime
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)
@@ -74,15 +76,23 @@ node_modules/.installed: package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
-# What EMR Serverless runs the Spark jobs with (spark.archives): shardlog's sources plus
-# pyarrow, pandas, numpy and boto3 wheels for EMR's Python 3.11 on x86_64 (pip, no Docker).
-# `cdk deploy` uploads it when present; synth works without it (and warns).
+# What EMR Serverless runs the Spark jobs with (spark.archives): shardlog's sources plus the
+# pinned wheels the jobs import (pyarrow, pandas, numpy, boto3, pydantic, pyiceberg) for EMR's
+# Python 3.11 on Amazon Linux 2023 x86_64 (pip, no Docker; cached in build/spark-wheels, and
+# not rebuilt while its inputs are the same). `cdk deploy` uploads it when present; synth
+# works without it (and warns).
 .PHONY: spark-archive bench-compact
 spark-archive: $(STAMP)
 	$(BIN)/python -m shardlog.spark.archive build/spark/spark_jobs_deps.tar.gz
 
 bench-compact: $(STAMP)
 	$(BIN)/python bench/compact.py
+
+# What a deployed Lambda has besides its code: the python3.12 runtime's SDK and the pinned
+# Powertools layer's packages (infra/lambda-runtime.txt), in build/lambda-runtime/site.
+.PHONY: lambda-runtime
+lambda-runtime: $(STAMP)
+	$(BIN)/python -m infra.lambda_runtime
 
 # amazon_kclpy, for the tests that run unchanged KCL multi-language record processors under
 # `shardlog consume`. Its setup.py downloads KCL's Java jars from Maven when installed, which

@@ -54,12 +54,12 @@ JOB_SCRIPT_EXCLUDES = ["**/__pycache__/**", "**/*.pyc", "tests/**", "**/.ipynb_c
 # The jobs read the committed log, then write their own prefixes. A retry overwrites a file
 # with a PUT at the same deterministic key: nothing is ever deleted, so no DeleteObject.
 OUTPUT_OBJECT_ACTIONS = ["s3:GetObject", "s3:PutObject"]
-# Partitions: list them and read nextSequenceNumber (what is committed; a table of one item
-# per shard, so a Scan). Consumers: the compaction watermark is a consumer-group item advanced
-# with a conditional UpdateItem; analytics reads the group's items with a Query. Both touch
-# only the $compaction items (Storage.grant_consumer_items): never a lease of ingest or of a
-# consumer group.
-JOB_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
+# Partitions: list them with nextSequenceNumber (what is committed; a table of one item per
+# shard, so a Scan; no single-item read). Consumers: the compaction watermark is a
+# consumer-group item advanced with a conditional UpdateItem; analytics reads the group's
+# items with a Query. Both touch only the $compaction items (Storage.grant_consumer_items):
+# never a lease of ingest or of a consumer group.
+JOB_PARTITIONS_ACTIONS = ["dynamodb:Scan"]
 JOB_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"]
 # The lake table (docs/LAKE.md): its data and metadata files are written once and never
 # overwritten; a run that lost a commit race deletes its own files, and maintenance deletes
@@ -191,10 +191,11 @@ class Analytics(Construct):
         return self.artifacts_bucket.s3_url_for_object(f"{IC.JOB_SCRIPTS_PREFIX}{relative_path}")
 
     def grant_start_job_run(self, grantee: iam.IGrantable) -> None:
-        """What a scheduler needs: start and watch runs of this application with this role."""
+        """What a scheduler needs: see the active runs of this application (ListJobRuns) and
+        start one with this role; it never watches a run (no GetJobRun)."""
         grantee.grant_principal.add_to_principal_policy(
             iam.PolicyStatement(
-                actions=["emr-serverless:GetJobRun", "emr-serverless:StartJobRun"],
+                actions=["emr-serverless:StartJobRun"],
                 resources=[self.application_arn, f"{self.application_arn}/jobruns/*"],
             )
         )
@@ -290,13 +291,12 @@ class Analytics(Construct):
             ),
         )
         bucket = storage.bucket
-        read_prefixes = [C.EVENTS_PREFIX, IC.LAKE_PREFIX, IC.ANALYTICS_PREFIX]
         statements = [
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in read_prefixes]}},
-            ),
+            # Without a condition on s3:prefix: pyiceberg's file IO (pyarrow) asks S3 whether a
+            # metadata file exists before it writes it (HeadObject of a key that is not there
+            # yet), and S3 answers 404 only to a caller allowed to ListBucket the bucket, else
+            # 403, which fails the commit. That check carries no prefix to condition on.
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
             iam.PolicyStatement(
                 actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{C.EVENTS_PREFIX}*")]
             ),

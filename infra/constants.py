@@ -55,23 +55,26 @@ DEFAULT_ITERATOR_AGE_ALARM_MINUTES: Final = 15
 # On-demand streams start with 4 shards and split as traffic grows.
 DEFAULT_ON_DEMAND_RESERVED_CONCURRENCY: Final = 20
 
-# --- stable CfnOutput names (scripts and the CLI read these; never rename) ----------------
-OUTPUT_STREAM_NAME: Final = "StreamName"
+# --- stable CfnOutput names (scripts and the CLI read these; never rename; those the code
+# reads are declared in shardlog/constants.py) ------------------------------------------
+OUTPUT_STREAM_NAME: Final = C.OUTPUT_STREAM_NAME
 OUTPUT_STREAM_ARN: Final = "StreamArn"
-OUTPUT_BUCKET_NAME: Final = "BucketName"
-OUTPUT_PARTITIONS_TABLE: Final = "PartitionsTableName"
-OUTPUT_CONSUMERS_TABLE: Final = "ConsumersTableName"
+OUTPUT_BUCKET_NAME: Final = C.OUTPUT_BUCKET_NAME
+OUTPUT_PARTITIONS_TABLE: Final = C.OUTPUT_PARTITIONS_TABLE
+OUTPUT_CONSUMERS_TABLE: Final = C.OUTPUT_CONSUMERS_TABLE
 OUTPUT_INGEST_FUNCTION: Final = "IngestFunctionName"
 OUTPUT_FAILURE_QUEUE_URL: Final = "IngestFailureQueueUrl"
-OUTPUT_API_URL: Final = "ProducerApiUrl"
-OUTPUT_EMR_APPLICATION_ID: Final = "EmrApplicationId"
-OUTPUT_EMR_EXECUTION_ROLE_ARN: Final = "EmrExecutionRoleArn"
-OUTPUT_JOB_SCRIPTS_URI: Final = "SparkJobScriptsUri"
+OUTPUT_API_URL: Final = C.OUTPUT_API_URL
+OUTPUT_EMR_APPLICATION_ID: Final = C.OUTPUT_EMR_APPLICATION_ID
+OUTPUT_EMR_EXECUTION_ROLE_ARN: Final = C.OUTPUT_EMR_EXECUTION_ROLE_ARN
+OUTPUT_JOB_SCRIPTS_URI: Final = C.OUTPUT_JOB_SCRIPTS_URI
 OUTPUT_ALARM_TOPIC_ARN: Final = "AlarmTopicArn"
 OUTPUT_DASHBOARD_NAME: Final = "DashboardName"
 OUTPUT_SPARK_DLQ_URL: Final = "SparkDeadLetterQueueUrl"
-OUTPUT_LAMBDA_CONSUMERS: Final = "LambdaConsumerGroups"
+OUTPUT_LAMBDA_CONSUMERS: Final = C.OUTPUT_LAMBDA_CONSUMERS
 OUTPUT_CONSUMER_GROUP_POLICIES: Final = "ConsumerGroupPolicyArns"  # only with consumer groups
+OUTPUT_ATHENA_WORKGROUP: Final = C.OUTPUT_ATHENA_WORKGROUP
+OUTPUT_LAKE_TABLE: Final = C.OUTPUT_LAKE_TABLE
 
 # --- Lambda --------------------------------------------------------------------------------
 # Handler entry points, dotted from the asset root (the asset holds shardlog/ and lambdas/).

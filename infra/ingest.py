@@ -33,26 +33,27 @@ KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
 INGEST_KEY_SERVICES = ["kinesis", "s3", "dynamodb", "sqs"]
 SHARD_SYNC_KEY_SERVICES = ["kinesis", "dynamodb"]
 # The writer: GetObject of a leftover to adopt it, and conditional PutObject of segments:
-# only with If-None-Match (the bucket policy denies the rest to everyone, too).
+# only with If-None-Match (the bucket policy denies the rest to everyone, too). A batch with
+# records flagged as resent reads the partition's tail for their ids: it finds where the last
+# segments start by listing the partition's prefix (ListObjectsV2), under events/ only.
 INGEST_S3_READ_ACTIONS = ["s3:GetObject"]
+INGEST_S3_LIST_ACTIONS = ["s3:ListBucket"]
 INGEST_S3_CREATE_ACTIONS = ["s3:PutObject"]
 IF_NONE_MATCH_SENT = {"Null": {"s3:if-none-match": "false"}}
 # The commit is a TransactWriteItems of two Update items; IAM checks each item as UpdateItem.
 INGEST_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
-# Lease: PutItem creates the lease item if missing, UpdateItem takes/renews/checkpoints it;
-# all on the $ingest items only (Storage.grant_consumer_items).
-INGEST_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
+# Lease: UpdateItem creates (an upsert), takes, renews and checkpoints it, GetItem reads it
+# (in the TransactGetItems of step 2); all on the $ingest items only
+# (Storage.grant_consumer_items).
+INGEST_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
 SHARD_SYNC_KINESIS_ACTIONS = [
     "kinesis:GetRecords",
     "kinesis:GetShardIterator",
     "kinesis:ListShards",
 ]
-SHARD_SYNC_PARTITIONS_ACTIONS = [
-    "dynamodb:GetItem",
-    "dynamodb:PutItem",
-    "dynamodb:Query",
-    "dynamodb:UpdateItem",
-]
+# The partitions: listed (a Scan of the one-item-per-shard table), read, and created or moved
+# OPEN -> CLOSED -> ENDED with conditional UpdateItem (an upsert creates a new partition).
+SHARD_SYNC_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"]
 # The sync reads the ingest checkpoint of a closed shard ($ingest items only).
 SHARD_SYNC_CONSUMERS_ACTIONS = ["dynamodb:GetItem"]
 # Infinite retries: a batch that keeps failing blocks its shard (the iterator-age and stall
@@ -152,6 +153,13 @@ class Ingest(Construct):
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=INGEST_S3_CREATE_ACTIONS, resources=[events], conditions=IF_NONE_MATCH_SENT
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=INGEST_S3_LIST_ACTIONS,
+                resources=[storage.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{C.EVENTS_PREFIX}*"]}},
             )
         )
         storage.grant_consumer_items(role, INGEST_CONSUMERS_ACTIONS, C.INGEST_GROUP)

@@ -62,12 +62,12 @@ RUNNER_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Up
 # AT_TIMESTAMP's first record at or after the timestamp.
 REGISTRATION_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
 REGISTRATION_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem"]
-# The SQS event source mapping's actions on the wake queue, plus sending (rewake, children).
+# The SQS event source mapping's actions on the wake queue (Lambda's documented three), plus
+# sending (rewake, children). A failed wake is left to reappear: no ChangeMessageVisibility.
 WAKE_QUEUE_ACTIONS = [
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",
     "sqs:GetQueueAttributes",
-    "sqs:ChangeMessageVisibility",
     "sqs:SendMessage",
 ]
 

@@ -62,7 +62,7 @@ def acknowledge_job_run_grant(grantee: IConstruct, application: CfnElement) -> N
     _suppress(
         grantee,
         "AwsSolutions-IAM5",
-        "emr-serverless:GetJobRun addresses job runs of this one application, whose ids exist "
+        "emr-serverless:StartJobRun creates job runs of this one application, whose ids exist "
         "only once a run starts; the grant is scoped to that application's jobruns/ path.",
         f"Resource::<{logical_id}.Arn>/jobruns/*",
     )

@@ -26,7 +26,8 @@ from shardlog import constants as C
 from shardlog import idempotence
 
 STAGE_NAME = "api"
-PRODUCER_KINESIS_ACTIONS = ["kinesis:PutRecord", "kinesis:PutRecords"]
+# The handler puts every request's records with one PutRecords (never PutRecord).
+PRODUCER_KINESIS_ACTIONS = ["kinesis:PutRecords"]
 # Writing to a KMS-encrypted stream needs a data key; reads of it are not the producer's job.
 PRODUCER_KMS_ACTIONS = ["kms:GenerateDataKey"]
 INVOKE = "execute-api:Invoke"

@@ -94,6 +94,8 @@ class ShardlogStack(Stack):
             IC.OUTPUT_SPARK_DLQ_URL: self.analytics.dead_letter_queue.queue_url,
             IC.OUTPUT_CONSUMER_GROUP_POLICIES: self.consumer_groups.policy_arns_json(),
             IC.OUTPUT_LAMBDA_CONSUMERS: self.lambda_consumers.outputs_json(),
+            IC.OUTPUT_ATHENA_WORKGROUP: self.analytics.workgroup.ref,
+            IC.OUTPUT_LAKE_TABLE: f"{IC.LAKE_DATABASE}.{IC.LAKE_TABLE}",
         }
         for name, value in outputs.items():
             # The logical id is the output name, so it never changes with the construct tree.

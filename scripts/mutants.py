@@ -49,6 +49,8 @@ START_POSITIONS = (
     "tests/functional/lambda_consumer/test_registration.py",
 )
 START_MODEL = ("tests/functional/consumer/test_start_model.py",)
+# The IAM replay: the synthesized policies against every recorded call of the workload.
+IAM_REPLAY = ("tests/infra/test_iam_replay.py",)
 CONSUMER_MODELS = (
     "tests/functional/consumer/test_model.py",
     "tests/functional/lambda_consumer/test_model.py",
@@ -264,6 +266,82 @@ MUTATIONS = (
         "        self._record_give_up(pending)\n",
         "",
         ("tests/functional/lambda_consumer/test_runner_faults.py",),
+    ),
+    Mutation(
+        "multilang-line-cap",
+        "the multi-language daemon reading a child's STDOUT at most max_line_bytes a line",
+        "shardlog/consumer/multilang.py",
+        "for raw in bounded_lines(stream, self.max_line_bytes):\n            if isinstance(raw, "
+        "OverlongLine):\n                self._lines.put(raw)",
+        "for raw in stream:\n            if isinstance(raw, OverlongLine):\n"
+        "                self._lines.put(raw)",
+        ("tests/functional/consumer/test_multilang.py",),
+    ),
+    # The IAM replay: one action taken from one role, per function (a statement keeps another
+    # action where removing its only one would leave it empty, which synth refuses).
+    Mutation(
+        "iam-ingest-commit",
+        "ingest's UpdateItem of the partitions table (its commit transaction's head update)",
+        "infra/ingest.py",
+        'INGEST_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]',
+        'INGEST_PARTITIONS_ACTIONS = ["dynamodb:GetItem"]',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-shard-sync-scan",
+        "shard sync's Scan of the partitions table (its listing of every partition)",
+        "infra/ingest.py",
+        '["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"]',
+        '["dynamodb:GetItem", "dynamodb:UpdateItem"]',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-producer-put-records",
+        "the producer function's kinesis:PutRecords",
+        "infra/producer_api.py",
+        'PRODUCER_KINESIS_ACTIONS = ["kinesis:PutRecords"]',
+        'PRODUCER_KINESIS_ACTIONS = ["kinesis:DescribeStreamSummary"]',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-waker-stream-read",
+        "the waker's dynamodb:GetRecords of the partitions stream (its event source)",
+        "infra/lambda_consumers.py",
+        '    "dynamodb:GetRecords",\n',
+        "",
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-runner-lease-create",
+        "a Lambda consumer runner's PutItem of its group's lease items",
+        "infra/lambda_consumers.py",
+        '= ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]',
+        '= ["dynamodb:GetItem", "dynamodb:UpdateItem"]',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-trigger-pass-role",
+        "the Spark trigger's iam:PassRole of the execution role (StartJobRun passes it)",
+        "infra/analytics.py",
+        'actions=["iam:PassRole"],',
+        'actions=["iam:GetRole"],',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-spark-lake-commit",
+        "the Spark jobs' glue:UpdateTable (the lake table's commit)",
+        "infra/analytics.py",
+        '"glue:CreateTable", "glue:UpdateTable"]',
+        '"glue:CreateTable"]',
+        IAM_REPLAY,
+    ),
+    Mutation(
+        "iam-worker-lease-query",
+        "a consumer group's managed policy: Query of the group's leases",
+        "infra/consumers.py",
+        '    "dynamodb:Query",\n',
+        "",
+        IAM_REPLAY,
     ),
 )
 

@@ -17,6 +17,36 @@ from shardlog.aws import AwsConfig, Clients
 from shardlog.tables import TableNames
 
 LOCAL_CREDENTIALS = ("shardlog-local", "shardlog-local")  # moto accepts any; never real
+# Against the embedded AWS, each deployed function (and the Spark jobs, and a consumer group's
+# workers) signs with an access key id of its own that names it, as each has a role of its own
+# on AWS: the embedded AWS checks no signature, but records who made each request
+# (shardlog.local.request_log), so the requests can be checked against the synthesized
+# policies of the function that made them. Not secret: the embedded AWS accepts any key.
+PRINCIPAL_KEY_PREFIX = "SHARDLOGAS"
+
+
+def principal_key(principal: str) -> str:
+    """The local access key id that names ``principal`` (hex: keys are [A-Z0-9])."""
+    return PRINCIPAL_KEY_PREFIX + principal.encode().hex().upper()
+
+
+def principal_of_key(access_key_id: str) -> str | None:
+    """The principal a local access key id names, or None for any other key."""
+    if not access_key_id.startswith(PRINCIPAL_KEY_PREFIX):
+        return None
+    try:
+        return bytes.fromhex(access_key_id.removeprefix(PRINCIPAL_KEY_PREFIX)).decode()
+    except ValueError:
+        return None
+
+
+def local_credentials(principal: str | None = None) -> tuple[str, str] | None:
+    """The credentials of ``principal`` (else of this process's, from
+    SHARDLOG_LOCAL_PRINCIPAL) against the embedded AWS; None when neither names one."""
+    principal = principal or os.environ.get(C.ENV_LOCAL_PRINCIPAL)
+    if not principal:
+        return None
+    return principal_key(principal), LOCAL_CREDENTIALS[1]
 
 
 @dataclass(frozen=True)
@@ -37,10 +67,16 @@ class ShardlogConfig:
     def is_local(self) -> bool:
         return self.endpoint_url is not None and "127.0.0.1" in self.endpoint_url
 
-    def clients(self) -> Clients:
+    def clients(self, principal: str | None = None) -> Clients:
+        """Clients of this deployment; against the embedded AWS, signed as ``principal``
+        (shardlog.local.principals names them) or as this process's principal, if any."""
         aws = AwsConfig(region=self.region, endpoint_url=self.endpoint_url)
-        if self.is_local and not os.environ.get("AWS_ACCESS_KEY_ID"):
-            aws.access_key_id, aws.secret_access_key = LOCAL_CREDENTIALS
+        if self.is_local:
+            named = local_credentials(principal)
+            if named is not None:
+                aws.access_key_id, aws.secret_access_key = named
+            elif not os.environ.get("AWS_ACCESS_KEY_ID"):
+                aws.access_key_id, aws.secret_access_key = LOCAL_CREDENTIALS
         return Clients(config=aws)
 
     def with_overrides(self, **overrides: Any) -> ShardlogConfig:

@@ -20,6 +20,11 @@ ENV_SEGMENT_MAX_BYTES: Final = "SHARDLOG_SEGMENT_MAX_BYTES"
 ENV_ENDPOINT_URL: Final = "AWS_ENDPOINT_URL"  # the standard AWS SDK variable
 ENV_REGION: Final = "AWS_REGION"
 ENV_DEBUG: Final = "SHARDLOG_DEBUG"  # the CLI shows tracebacks (as --debug does)
+# Against the embedded AWS only: whose stand-in credentials this process signs with (the local
+# EMR Serverless sets it for a job run), and where the embedded AWS writes every request it
+# serves, attributed to its principal (shardlog.local.request_log; a directory).
+ENV_LOCAL_PRINCIPAL: Final = "SHARDLOG_LOCAL_PRINCIPAL"
+ENV_REQUEST_LOG: Final = "SHARDLOG_REQUEST_LOG"
 
 # --- default resource names (the stack and the local runtime use these) ----
 DEFAULT_STREAM_NAME: Final = "shardlog-events"
@@ -160,6 +165,19 @@ MIN_LAKE_ORPHAN_GRACE_HOURS: Final = 3
 LAKE_QUERY_DEFAULT_LIMIT: Final = 1_000  # rows `shardlog lake query` prints by default
 LAKE_QUERY_MAX_LIMIT: Final = 1_000_000  # rows a lake query returns at most (held in memory)
 LAKE_QUERY_MAX_FILTER_VALUES: Final = 100  # values of --partition-key or --partition at most
+
+# --- stack outputs (stable CfnOutput names: infra/ writes them, `shardlog smoke` reads them) -
+OUTPUT_STREAM_NAME: Final = "StreamName"
+OUTPUT_BUCKET_NAME: Final = "BucketName"
+OUTPUT_PARTITIONS_TABLE: Final = "PartitionsTableName"
+OUTPUT_CONSUMERS_TABLE: Final = "ConsumersTableName"
+OUTPUT_API_URL: Final = "ProducerApiUrl"
+OUTPUT_EMR_APPLICATION_ID: Final = "EmrApplicationId"
+OUTPUT_EMR_EXECUTION_ROLE_ARN: Final = "EmrExecutionRoleArn"
+OUTPUT_JOB_SCRIPTS_URI: Final = "SparkJobScriptsUri"
+OUTPUT_LAMBDA_CONSUMERS: Final = "LambdaConsumerGroups"
+OUTPUT_ATHENA_WORKGROUP: Final = "AthenaWorkGroupName"
+OUTPUT_LAKE_TABLE: Final = "LakeTableName"  # <Glue database>.<table>
 
 # --- limits ------------------------------------------------------------------------
 MIB: Final = 1024 * 1024

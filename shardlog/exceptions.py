@@ -61,6 +61,10 @@ class ValidationError(ShardlogError, ValueError):
         self.reason = message
 
 
+class NotFoundError(ShardlogError):
+    """A name the caller gave (a partition, a consumer group) that the log does not know."""
+
+
 class LeaseError(ShardlogError):
     """Base of the lease errors."""
 

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 from shardlog import constants as C
 from shardlog.aws import Clients
+from shardlog.exceptions import NotFoundError
 from shardlog.format import LogRecord, Segment
 from shardlog.segments import SegmentStore
-from shardlog.tables import TableNames, Tables
+from shardlog.tables import PartitionInfo, TableNames, Tables
 
 
 class LogReader:
@@ -35,6 +36,16 @@ class LogReader:
     def head(self, partition_id: str) -> int:
         partition = self.tables.get_partition(partition_id)
         return partition.next_seq if partition else 0
+
+    def require_partition(self, partition_id: str) -> PartitionInfo:
+        """The partition's item; NotFoundError naming it if the log has no such partition."""
+        partition = self.tables.get_partition(partition_id)
+        if partition is None:
+            raise NotFoundError(
+                f"no partition {partition_id!r} in table {self.tables.names.partitions} "
+                "(`shardlog status` lists the partitions)"
+            )
+        return partition
 
     def records(
         self, partition_id: str, from_seq: int = 0, to_seq: int | None = None

@@ -18,10 +18,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import (
-    RequestUnsupportedContentType,
-    RequestValidationError,
-)
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -147,8 +144,11 @@ def create_app(
     def on_validation_error(exc: RequestValidationError) -> Response:
         return error_response(validation_error(exc))
 
-    @app.exception_handler(RequestUnsupportedContentType)
-    def on_media_type(_exc: RequestUnsupportedContentType) -> Response:
+    # NotImplementedError: what Powertools raises for a body of another media type. Newer
+    # versions raise its subclass RequestUnsupportedContentType, which the pinned layer
+    # (Powertools 3.23) does not have: importing it failed the function's cold start.
+    @app.exception_handler(NotImplementedError)
+    def on_media_type(_exc: NotImplementedError) -> Response:
         return error_response(
             HttpError(415, "Content-Type must be application/json", field="Content-Type")
         )

@@ -26,7 +26,15 @@ def create_handler(
         result = sync.sync()
         metrics.add_metric(C.METRIC_PARTITIONS_CLOSED, MetricUnit.Count, len(result.closed))
         metrics.add_metric(C.METRIC_PARTITIONS_ENDED, MetricUnit.Count, len(result.ended))
-        logger.info("shard sync done", **result.__dict__)
+        # Not **result.__dict__: `created` is a LogRecord attribute, and logging refuses an
+        # extra key that would overwrite one (KeyError at INFO level, Lambda's default).
+        logger.info(
+            "shard sync done",
+            shards=result.shards,
+            partitions_created=result.created,
+            partitions_closed=result.closed,
+            partitions_ended=result.ended,
+        )
         return {"shards": result.shards, "created": result.created, "ended": result.ended}
 
     return instrumented(handle)

@@ -127,6 +127,14 @@ def _ms_option(name: str, default: int, help_text: str) -> Any:
     "A child gets this long to exit after its STDIN is closed.",
 )
 @click.option(
+    "--max-line-bytes",
+    type=int,
+    default=_ML_DEFAULTS.max_line_bytes,
+    show_default=True,
+    help="A longer line on a child's STDOUT is dropped without being held (a protocol "
+    "message is far shorter); on STDERR it is logged cut.",
+)
+@click.option(
     "--max-seconds",
     type=click.FloatRange(min=0),
     default=None,
@@ -163,6 +171,7 @@ def consume(
     at_sequence: tuple[str, ...],
     response_timeout_ms: int,
     shutdown_timeout_ms: int,
+    max_line_bytes: int,
     max_seconds: float | None,
     progress_seconds: float,
     command: tuple[str, ...],
@@ -197,7 +206,7 @@ def consume(
             graceful_handoff=graceful_handoff,
             handoff_timeout_ms=handoff_timeout_ms,
         )
-        multilang = MultiLangSettings(response_timeout_ms, shutdown_timeout_ms)
+        multilang = MultiLangSettings(response_timeout_ms, shutdown_timeout_ms, max_line_bytes)
     except ValidationError as exc:
         raise click.BadParameter(str(exc)) from None
     _configure_logging()
@@ -321,7 +330,7 @@ def echo_group_status(config: ShardlogConfig, group: str, as_json: bool) -> None
     rows = group_progress(tables, group, now)
     reader = LogReader(clients, config.bucket, config.tables, prefetch=1)
     ages = {row.partition_id: lag_ms(reader, row, now) for row in rows}
-    kind = group_kind(tables, group)
+    kind = group_kind(tables, group) or "workers"
     if as_json:
         click.echo(
             json.dumps(

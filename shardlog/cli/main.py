@@ -419,9 +419,27 @@ def _ingest_lag(clients: Any, stream: str, partition: Any, lease: Any) -> int | 
 def read(
     ctx: click.Context, partition_id: str, from_seq: int, to_seq: int | None, limit: int | None
 ) -> None:
-    """Committed records of one partition as JSON lines, in log order."""
+    """Committed records of one partition as JSON lines, in log order: seq FROM_SEQ up to
+    TO_SEQ (exclusive) or the head. An unknown partition, a range that ends before it starts
+    and a start past the head are refused."""
+    if to_seq is not None and to_seq < from_seq:
+        raise ValidationError(
+            "--to-seq",
+            f"{to_seq} is below --from-seq {from_seq} (the range [from, to) would be negative)",
+            limit=from_seq,
+        )
     config = _config(ctx)
     reader = LogReader(config.clients(), config.bucket, config.tables)
+    head = reader.require_partition(partition_id).next_seq
+    if from_seq > head:
+        raise ValidationError(
+            "--from-seq",
+            f"{from_seq} is past partition {partition_id}'s head {head} (its committed records "
+            f"are seq 0 to {head - 1}; --from-seq {head} prints nothing)"
+            if head
+            else f"{from_seq} is past partition {partition_id}'s head 0 (no record committed yet)",
+            limit=head,
+        )
     for count, record in enumerate(reader.records(partition_id, from_seq, to_seq)):
         if limit is not None and count >= limit:
             break

@@ -19,6 +19,12 @@ is logged. A child that exits, breaks the protocol, or sends nothing for
 ``response_timeout_ms`` is killed: ProcessorFailedError, so the worker releases
 the lease and takes the partition again after a backoff (a new child).
 
+A child's line is read at most ``max_line_bytes`` at a time: a longer STDOUT line (no
+protocol message is anywhere near as long) is read on to its end in small chunks and
+dropped, never held whole, so a child printing without end cannot grow the worker by more
+than the cap; a longer STDERR line is logged cut to the cap. The daemon's memory per child
+is bounded whatever the child prints.
+
 The mapping to shardlog: sequenceNumber = the record's log seq (decimal string),
 subSequenceNumber = 0 (shardlog does not aggregate). A checkpoint at sequenceNumber
 S means records up to and including S are processed; the consumers table stores
@@ -38,7 +44,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -52,6 +58,37 @@ logger = logging.getLogger("shardlog.consumer.multilang")
 
 TRIM_HORIZON = "TRIM_HORIZON"
 _EOF = object()
+# The longest line a child may print: protocol messages are a few hundred bytes; this leaves
+# room for long non-protocol lines (skipped) without letting one grow the worker unbounded.
+DEFAULT_MAX_LINE_BYTES = 1 << 20
+MIN_MAX_LINE_BYTES = 1024  # a status or checkpoint message must always fit
+_DISCARD_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class OverlongLine:
+    """A line longer than the cap, read to its end and dropped: only its size is kept."""
+
+    size: int
+
+
+def bounded_lines(stream: IO[bytes], max_line_bytes: int) -> Iterator[bytes | OverlongLine]:
+    """The stream's lines (newline excluded from the count), each at most ``max_line_bytes``;
+    a longer one is consumed in chunks and reported as ``OverlongLine`` with its size."""
+    while True:
+        line = stream.readline(max_line_bytes + 1)
+        if not line:
+            return
+        if len(line) <= max_line_bytes or line.endswith(b"\n"):
+            yield line
+            continue
+        size = len(line)
+        while not line.endswith(b"\n"):
+            line = stream.readline(_DISCARD_CHUNK_BYTES)
+            if not line:
+                break
+            size += len(line)
+        yield OverlongLine(size - line.endswith(b"\n"))
 
 
 @dataclass(frozen=True)
@@ -60,11 +97,19 @@ class MultiLangSettings:
     response_timeout_ms: int = 60_000
     # After the last message (or STDIN closed), a child gets this long to exit before a SIGKILL.
     shutdown_timeout_ms: int = 5_000
+    # A longer line on the child's STDOUT is dropped unread (STDERR: logged cut to this).
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 
     def __post_init__(self) -> None:
         for name in ("response_timeout_ms", "shutdown_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValidationError(name, "must be >= 1", limit=1)
+        if self.max_line_bytes < MIN_MAX_LINE_BYTES:
+            raise ValidationError(
+                "max_line_bytes",
+                f"must be >= {MIN_MAX_LINE_BYTES} (a protocol message must fit)",
+                limit=MIN_MAX_LINE_BYTES,
+            )
 
 
 # --- messages ---------------------------------------------------------------------------
@@ -132,9 +177,15 @@ class ChildProcess:
     """A child with a writer thread for STDIN and reader threads for STDOUT and STDERR, so
     neither a full pipe nor a silent child can block the daemon past its timeouts."""
 
-    def __init__(self, command: Sequence[str], partition_id: str) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        partition_id: str,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    ) -> None:
         self.command = list(command)
         self.partition_id = partition_id
+        self.max_line_bytes = max_line_bytes
         self._lines: queue.Queue[Any] = queue.Queue()
         self._outgoing: queue.Queue[bytes | None] = queue.Queue()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -181,6 +232,15 @@ class ChildProcess:
                     f"child pid {self.pid} exited with code {code} while the daemon waited "
                     f"for its reply to {waiting_for} (crashed)"
                 )
+            if isinstance(line, OverlongLine):
+                logger.warning(
+                    "%s: skipping a line of %d bytes on the child's STDOUT (longer than "
+                    "max_line_bytes = %d; not a protocol message)",
+                    self.partition_id,
+                    line.size,
+                    self.max_line_bytes,
+                )
+                continue
             message = parse_line(line)
             if message is None:
                 if line.strip():
@@ -225,13 +285,19 @@ class ChildProcess:
             stream.close()
 
     def _read_stdout(self, stream: IO[bytes]) -> None:
-        for raw in stream:
-            self._lines.put(raw.decode("utf-8", errors="replace"))
+        for raw in bounded_lines(stream, self.max_line_bytes):
+            if isinstance(raw, OverlongLine):
+                self._lines.put(raw)
+            else:
+                self._lines.put(raw.decode("utf-8", errors="replace"))
         self._lines.put(_EOF)
 
     def _read_stderr(self, stream: IO[bytes]) -> None:
-        for raw in stream:
-            text = raw.decode("utf-8", errors="replace").rstrip()
+        for raw in bounded_lines(stream, self.max_line_bytes):
+            if isinstance(raw, OverlongLine):
+                text = f"(a line of {raw.size} bytes, longer than max_line_bytes: not shown)"
+            else:
+                text = raw.decode("utf-8", errors="replace").rstrip()
             if text:
                 logger.warning("[%s child pid %d] %s", self.partition_id, self.pid, text)
 
@@ -249,7 +315,7 @@ class MultiLangProcessor:
         self.child: ChildProcess | None = None
 
     def initialize(self, partition_id: str, start_seq: int) -> None:
-        child = ChildProcess(self.command, partition_id)
+        child = ChildProcess(self.command, partition_id, self.settings.max_line_bytes)
         try:
             child.start()
         except OSError as exc:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardlog import constants as C
+from shardlog.exceptions import NotFoundError
 from shardlog.partitions import lineage_known, parents_done
 from shardlog.reader import LogReader
 from shardlog.tables import Tables, consumer_key
@@ -48,8 +49,16 @@ def lag_records(next_seq: int, checkpoint: str | None) -> int:
 
 
 def group_progress(tables: Tables, group: str, now_ms: int) -> list[PartitionProgress]:
+    """Per partition, the group's progress; NotFoundError for a group that has neither a
+    lease nor a group item (no worker of it ever started, no Lambda group of that name)."""
     partitions = {p.partition_id: p for p in tables.list_partitions()}
     leases = {lease.partition_id: lease for lease in tables.list_leases(group)}
+    if not leases and group_kind(tables, group) is None:
+        raise NotFoundError(
+            f"no consumer group {group!r} in table {tables.names.consumers}: it has no lease "
+            "and no group item (a worker group appears when its first worker starts, a Lambda "
+            "group when it is deployed or `shardlog local up` registers it)"
+        )
     rows = []
     for partition_id, partition in sorted(partitions.items()):
         lease = leases.get(partition_id)
@@ -84,12 +93,13 @@ def lag_ms(reader: LogReader, row: PartitionProgress, now_ms: int) -> int:
     return max(0, now_ms - first.arrival_ms) if first is not None else 0
 
 
-def group_kind(tables: Tables, group: str) -> str:
-    """ "lambda" for a Lambda consumer group (its "$group" item says so), else "workers"."""
+def group_kind(tables: Tables, group: str) -> str | None:
+    """What the group's "$group" item says it is ("lambda" for a Lambda consumer group), or
+    None when it has no such item (a worker group, or no group)."""
     response = tables.clients.dynamodb.get_item(
         TableName=tables.names.consumers,
         Key=consumer_key(group, C.GROUP_ITEM_ID),
         ConsistentRead=True,
     )
     kind = response.get("Item", {}).get(C.ATTR_GROUP_KIND, {}).get("S")
-    return str(kind) if kind else "workers"
+    return str(kind) if kind else None

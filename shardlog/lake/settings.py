@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardlog import constants as C
-from shardlog.config import LOCAL_CREDENTIALS, ShardlogConfig
+from shardlog.config import LOCAL_CREDENTIALS, ShardlogConfig, local_credentials
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ class LakeSettings:
             raise ValueError(f"lake table must be <database>.<table>, not {identifier!r}")
         properties = {"type": "glue", "glue.region": region, "s3.region": region}
         if endpoint_url:
-            key, secret = LOCAL_CREDENTIALS
+            # The process's own principal when it has one (a Spark job run's: the role's).
+            key, secret = local_credentials() or LOCAL_CREDENTIALS
             properties |= {
                 "glue.endpoint": endpoint_url,
                 "glue.access-key-id": key,

@@ -106,14 +106,23 @@ class LocalInvoker:
     is ``Task timed out`` (its thread is left to finish: Python cannot stop it)."""
 
     def __init__(
-        self, function: Callable[[dict[str, Any], Any], Any], function_name: str, region: str
+        self,
+        function: Callable[[dict[str, Any], Any], Any],
+        function_name: str,
+        region: str,
+        on_invoke: Callable[[], None] | None = None,
     ) -> None:
         self.function = function
         self.function_name = function_name
         self.region = region
+        # Told of each call: the local runtime records the Lambda Invoke it stands for.
+        self.on_invoke = on_invoke
 
     def invoke(self, event: dict[str, Any], timeout_ms: int) -> InvokeResult:
         import time
+
+        if self.on_invoke is not None:
+            self.on_invoke()
 
         outcome: dict[str, InvokeResult] = {}
         request_id = str(uuid.uuid4())

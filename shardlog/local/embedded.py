@@ -17,6 +17,7 @@ from shardlog.aws import Clients
 from shardlog.config import ShardlogConfig
 from shardlog.exceptions import aws_error_code
 from shardlog.local import (
+    cloudformation,
     conditional_writes,
     emr_serverless,
     expressions,
@@ -44,6 +45,7 @@ class EmbeddedAWS:
         transactions.apply()  # a cancelled transaction undone in place, not by table copies
         expressions.apply()  # update expressions parsed once, their sections counted once
         emr_serverless.apply()  # job runs execute with a local spark-submit
+        cloudformation.apply()  # the stack's EMR application, Glue database, Athena workgroup
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = KeepAliveMotoServer(self.host, self.port)
         self.port = self._server.start()

@@ -17,7 +17,19 @@ sparkSubmitParameters that only make sense on EMR (``spark.archives`` from S3, t
 ``spark.emr-serverless.*`` settings, the Python interpreter and path of the archive) are
 dropped: locally the job runs with this virtualenv's interpreter, whose packages are what
 the archive ships on EMR. Other ``--conf`` pairs pass through. pyspark is imported only
-when a run starts. Logs: ``<tmp>/shardlog-emr-serverless/<job run id>/spark-submit.log``.
+when a run starts. The run's processes sign as the execution role's local stand-in
+(``shardlog.local.principals.SPARK_JOBS``). Logs:
+``<tmp>/shardlog-emr-serverless/<job run id>/spark-submit.log``.
+
+**As shipped** (``run_as_shipped(python)``): a run then uses what its StartJobRun names
+instead of this virtualenv. The ``spark.archives`` object is read from the embedded S3 and
+unpacked in the run's working directory under its ``#alias`` (what EMR does in each
+container; local executors share the driver's directory), the driver's ``PYTHONPATH``
+comes from ``spark.emr-serverless.driverEnv.PYTHONPATH`` and the executors' from
+``spark.executorEnv.PYTHONPATH``, and ``python`` (an interpreter with no packages of its
+own: it stands for the EMR image's Python the run names) runs both sides. pyspark itself
+comes from the Spark distribution, as on EMR: spark-submit puts its ``pyspark.zip`` first
+on the path.
 """
 
 from __future__ import annotations
@@ -35,6 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from moto.emrserverless import models as emr_models
+
+from shardlog import constants as C
+from shardlog.local import principals
 
 LOG_ROOT = Path(tempfile.gettempdir()) / "shardlog-emr-serverless"
 LOCAL_MASTER = "local[2]"
@@ -57,7 +72,15 @@ _LOCAL_CONF = {
 }
 _DETAILS_CHARS = 2000
 
+_SHIPPED_DROPPED_PREFIXES = (
+    "spark.archives",  # unpacked by _unpack_archives instead
+    "spark.emr-serverless.",
+    "spark.executorEnv.PYSPARK_PYTHON",  # the EMR image's path: the shipped python instead
+)
+_DRIVER_PYTHONPATH = "spark.emr-serverless.driverEnv.PYTHONPATH"
+
 _lock = threading.RLock()
+_shipped_python: Path | None = None
 _processes: dict[str, subprocess.Popen[bytes]] = {}
 _original: dict[str, Any] = {}
 _applied = False
@@ -67,17 +90,66 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def local_spark_conf(spark_submit_parameters: str | None) -> list[str]:
-    """The ``--conf`` arguments of a run that make sense locally, after ours."""
-    confs = dict(_LOCAL_CONF)
+def run_as_shipped(python: str | Path | None) -> None:
+    """Run later job runs from their archive with this interpreter (None: this virtualenv)."""
+    global _shipped_python
+    _shipped_python = None if python is None else Path(python)
+
+
+def submitted_conf(spark_submit_parameters: str | None) -> dict[str, str]:
+    """The ``--conf`` pairs of a run's sparkSubmitParameters."""
+    confs: dict[str, str] = {}
     words = shlex.split(spark_submit_parameters or "")
     for flag, value in itertools.pairwise(words):
-        if flag != "--conf" or "=" not in value:
-            continue
-        key, _, setting = value.partition("=")
-        if not key.startswith(_EMR_ONLY_CONF_PREFIXES):
+        if flag == "--conf" and "=" in value:
+            key, _, setting = value.partition("=")
+            confs[key] = setting
+    return confs
+
+
+def local_spark_conf(spark_submit_parameters: str | None, *, shipped: bool = False) -> list[str]:
+    """The ``--conf`` arguments of a run that make sense locally, after ours."""
+    dropped = _SHIPPED_DROPPED_PREFIXES if shipped else _EMR_ONLY_CONF_PREFIXES
+    confs = dict(_LOCAL_CONF)
+    for key, setting in submitted_conf(spark_submit_parameters).items():
+        if not key.startswith(dropped):
             confs[key] = setting
     return [arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")]
+
+
+def _unpack_archives(job_run: Any, account_id: str, workdir: Path) -> None:
+    """Each ``spark.archives`` entry (``s3://bucket/key#alias``) at workdir/alias: unpacked
+    once per object version into LOG_ROOT/archives (EMR unpacks it in every container; here
+    the runs of one archive share one read-only copy)."""
+    import shutil
+    import tarfile
+    import zipfile
+
+    from moto.s3.models import s3_backends
+
+    params = job_run.job_driver["sparkSubmit"].get("sparkSubmitParameters")
+    for entry in filter(None, submitted_conf(params).get("spark.archives", "").split(",")):
+        uri, _, alias = entry.partition("#")
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        stored = s3_backends[account_id]["aws"].get_object(bucket, key)
+        if stored is None:
+            raise FileNotFoundError(f"spark.archives {uri} is not in the embedded S3")
+        unpacked = LOG_ROOT / "archives" / stored.etag.strip('"')
+        if not unpacked.is_dir():
+            partial = unpacked.with_suffix(".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            local = partial.with_suffix(".download")
+            local.write_bytes(stored.value)
+            if key.endswith(".zip"):
+                with zipfile.ZipFile(local) as archive:
+                    archive.extractall(partial)
+            else:
+                with tarfile.open(local) as archive:
+                    archive.extractall(partial)
+            local.unlink()
+            partial.replace(unpacked)
+        (workdir / (alias or Path(key).name)).symlink_to(unpacked, target_is_directory=True)
 
 
 def spark_submit_executable() -> Path:
@@ -106,7 +178,7 @@ def _entry_point_file(job_run: Any, account_id: str, workdir: Path) -> Path:
     return target
 
 
-def _command(job_run: Any, entry: Path) -> list[str]:
+def _command(job_run: Any, entry: Path, shipped: bool = False) -> list[str]:
     driver = job_run.job_driver["sparkSubmit"]
     return [
         str(spark_submit_executable()),
@@ -114,20 +186,30 @@ def _command(job_run: Any, entry: Path) -> list[str]:
         LOCAL_MASTER,
         "--name",
         job_run.name or job_run.id,
-        *local_spark_conf(driver.get("sparkSubmitParameters")),
+        *local_spark_conf(driver.get("sparkSubmitParameters"), shipped=shipped),
         str(entry),
         *[str(a) for a in driver.get("entryPointArguments", [])],
     ]
 
 
-def _environment() -> dict[str, str]:
+def _environment(job_run: Any, shipped: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    python = str(shipped or sys.executable)
     env.update(
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
+        PYSPARK_PYTHON=python,
+        PYSPARK_DRIVER_PYTHON=python,
         PYARROW_IGNORE_TIMEZONE="1",
         SPARK_LOCAL_IP="127.0.0.1",  # the driver and its block manager stay on loopback
     )
+    if shipped is not None:  # nothing of this environment's path: only what the run names
+        env.pop("PYTHONPATH", None)
+        params = job_run.job_driver["sparkSubmit"].get("sparkSubmitParameters")
+        driver_path = submitted_conf(params).get(_DRIVER_PYTHONPATH)
+        if driver_path:
+            env["PYTHONPATH"] = driver_path
+        env["SPARK_HOME"] = str(spark_submit_executable().parent.parent)
+    # The driver and its executors sign as the execution role, as on EMR Serverless.
+    env[C.ENV_LOCAL_PRINCIPAL] = principals.SPARK_JOBS
     return env
 
 
@@ -158,7 +240,12 @@ def _run(job_run: Any, account_id: str) -> None:
     log_path = workdir / "spark-submit.log"
     try:
         workdir.mkdir(parents=True, exist_ok=True)
-        command = _command(job_run, _entry_point_file(job_run, account_id, workdir))
+        shipped = _shipped_python
+        if shipped is not None:
+            _unpack_archives(job_run, account_id, workdir)
+        command = _command(
+            job_run, _entry_point_file(job_run, account_id, workdir), shipped is not None
+        )
         with log_path.open("wb") as log, _lock:
             if job_run.state == "CANCELLING":
                 _set_state(job_run, "CANCELLED", "cancelled before it started")
@@ -167,7 +254,7 @@ def _run(job_run: Any, account_id: str) -> None:
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_environment(),
+                env=_environment(job_run, shipped),
                 cwd=workdir,
                 start_new_session=True,
             )

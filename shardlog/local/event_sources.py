@@ -125,7 +125,7 @@ class DynamoDbStreamSource:
     def __init__(
         self,
         clients: Clients,
-        table_name: str,
+        stream_arn: str,
         handler: Handler,
         *,
         function_name: str,
@@ -133,9 +133,7 @@ class DynamoDbStreamSource:
         clock: Clock | None = None,
     ) -> None:
         self.streams = clients.client("dynamodbstreams")
-        self.stream_arn = clients.dynamodb.describe_table(TableName=table_name)["Table"][
-            "LatestStreamArn"
-        ]
+        self.stream_arn = stream_arn
         self.handler = handler
         self.function_name = function_name
         self.batch_size = batch_size

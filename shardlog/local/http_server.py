@@ -8,7 +8,8 @@ GetItem cost end to end (moto's app 0.87 ms, botocore 0.26 ms). This server keep
 connection open, as AWS's endpoints do: one thread per connection serves request after
 request, the body is read exactly (``Content-Length`` or chunked), and each response goes
 out in one write with its length. It also remembers which moto backend serves a host,
-which moto works out again for every request. Requests are still HTTP, through botocore and
+which moto works out again for every request, and records who made each request while anyone
+listens (``shardlog.local.request_log``). Requests are still HTTP, through botocore and
 urllib3's connection pool: the same code paths as against AWS.
 
 ``stop()`` closes the connections it kept open as well as the listening socket, so a
@@ -194,7 +195,11 @@ class KeepAliveMotoServer:
 
     def start(self) -> int:
         """Listen and serve in a daemon thread; return the port."""
-        app = self._app or _Dispatcher()
+        from shardlog.local import request_log
+
+        request_log.install_from_environment()
+        # Records each request of a named principal while anyone listens (the IAM replay).
+        app = request_log.RequestLogApp(self._app or _Dispatcher())
         server = _Server(self.host, self.port, app)
         self._server = server
         self.port = server.server_address[1]

@@ -29,6 +29,7 @@ from shardlog.exceptions import ConfigurationError, ValidationError
 from shardlog.lambda_consumer.invoke import LocalInvoker
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
 from shardlog.lambda_consumer.wake import wake_queue_name
+from shardlog.local import principals, request_log
 from shardlog.local.event_sources import DynamoDbStreamSource, SqsEventSource
 
 Function = Callable[[dict[str, Any], Any], Any]
@@ -130,10 +131,22 @@ class LocalLambdaConsumers:
                 event_source_arn=stream_arn,
                 region=self.clients.region,
             )
-            invoker = LocalInvoker(group.function, group.target, self.clients.region)
-            handler = create_runner(settings, self.config.clients(), self.clock, invoker=invoker)
+            # The runner signs as its group's runner; its wake queue's event source too (on AWS
+            # the event source mapping reads with the function's role).
+            runner = principals.function(create_runner.__module__, name)
+            invoker = LocalInvoker(
+                group.function,
+                group.target,
+                self.clients.region,
+                on_invoke=_invoke_request(
+                    runner, group.settings.function_name, self.config.endpoint_url or ""
+                ),
+            )
+            handler = create_runner(
+                settings, self.config.clients(runner), self.clock, invoker=invoker
+            )
             self.sources[name] = SqsEventSource(
-                self.clients,
+                self.config.clients(runner),
                 self.wake_queues[name],
                 handler,
                 function_name=f"shardlog-consumer-{_safe(name)}",
@@ -147,11 +160,12 @@ class LocalLambdaConsumers:
             partitions_table=self.config.partitions_table,
             consumers_table=self.config.consumers_table,
         )
-        self.waker = create_waker(waker_settings, self.config.clients(), self.clock)
+        waker = principals.function(create_waker.__module__)
+        self.waker = create_waker(waker_settings, self.config.clients(waker), self.clock)
         self._enable_stream()
         self.stream = DynamoDbStreamSource(
-            self.clients,
-            self.config.partitions_table,
+            self.config.clients(waker),
+            self._stream_arn(),
             self.waker,
             function_name="shardlog-waker",
             batch_size=C.WAKER_BATCH_SIZE,
@@ -169,8 +183,9 @@ class LocalLambdaConsumers:
             partitions_table=self.config.partitions_table,
             consumers_table=self.config.consumers_table,
         )
+        signer = principals.function(create_registration.__module__)  # its own role on AWS
         registration = create_registration(
-            settings, self.config.clients(), self.clock, respond=lambda _url, _body: None
+            settings, self.config.clients(signer), self.clock, respond=lambda _url, _body: None
         )
         context = _context("shardlog-group-registration", self.clients)
         for group in self.groups:
@@ -206,6 +221,11 @@ class LocalLambdaConsumers:
             QueueUrl=url, AttributeNames=["QueueArn"]
         )
         return str(attributes["Attributes"]["QueueArn"])
+
+    def _stream_arn(self) -> str:
+        """What the event source mapping is given (it never describes the table itself)."""
+        table = self.clients.dynamodb.describe_table(TableName=self.config.partitions_table)
+        return str(table["Table"]["LatestStreamArn"])
 
     def _enable_stream(self) -> None:
         ddb = self.clients.dynamodb
@@ -269,6 +289,21 @@ class LocalLambdaConsumers:
             }
             for group in self.groups
         }
+
+
+def _invoke_request(principal: str, function_name: str, endpoint: str) -> Callable[[], None]:
+    """The Lambda Invoke an in-process call stands for, as the embedded AWS would record it."""
+
+    def record() -> None:
+        request_log.stand_in(
+            principal,
+            "lambda",
+            "Invoke",
+            {"FunctionName": function_name, "InvocationType": "RequestResponse"},
+            endpoint,
+        )
+
+    return record
 
 
 def _safe(group: str) -> str:

@@ -14,6 +14,7 @@ from shardlog.aws import Clients, RequestCounter
 from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.lake.settings import LakeSettings
+from shardlog.local import principals
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.http_api import LocalApiServer
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
@@ -67,12 +68,19 @@ class LocalRuntime:
         self.config = replace(self.base_config, endpoint_url=endpoint)
         self.clients = self.config.clients()
         provision(self.clients, self.config, self.shard_count)
-        self.shard_sync = ShardSync(self.clients, self.config.stream_name, self.config.tables)
-        self.shard_sync.sync()
-        self.poller = EventSourcePoller(
-            self.clients,
+        # Each function's code signs as that function (shardlog.local.principals), its event
+        # source too: on AWS the event source mapping reads with the function's role.
+        self.shard_sync = ShardSync(
+            self.config.clients(principals.function("lambdas.shard_sync.handler")),
             self.config.stream_name,
-            self._build_handler(),
+            self.config.tables,
+        )
+        self.shard_sync.sync()
+        ingest = principals.function("lambdas.ingest.handler")
+        self.poller = EventSourcePoller(
+            self.config.clients(ingest),
+            self.config.stream_name,
+            self._build_handler(self.config.clients(ingest)),
             settings=self.event_source,
             clock=self.clock,
             start_after=self._ingest_checkpoint,
@@ -104,9 +112,10 @@ class LocalRuntime:
         from lambdas.producer_api.settings import ProducerApiSettings
 
         settings = ProducerApiSettings(stream_name=self.config.stream_name)
-        return create_handler(settings, self.config.clients(), self.clock, serve_docs=True)
+        clients = self.config.clients(principals.function(create_handler.__module__))
+        return create_handler(settings, clients, self.clock, serve_docs=True)
 
-    def _build_handler(self) -> Callable[[dict[str, Any], Any], Any]:
+    def _build_handler(self, ingest_clients: Clients) -> Callable[[dict[str, Any], Any], Any]:
         from lambdas.ingest.handler import create_handler
         from lambdas.ingest.settings import IngestSettings
 
@@ -118,8 +127,7 @@ class LocalRuntime:
             segment_max_records=self.segment_max_records,
             segment_max_bytes=self.segment_max_bytes,
         )
-        # The handler gets its own session, so its requests can be counted apart.
-        ingest_clients = self.config.clients()
+        # The handler has clients of its own (not the poller's), so its requests are counted apart.
         self.ingest_requests.attach(ingest_clients)
         return create_handler(settings, ingest_clients, self.clock)
 

@@ -6,33 +6,95 @@ importable by the driver and the executors. It holds:
 
 - shardlog's own sources (the jobs import shardlog.format, shardlog.spark, ...), without
   the local runtime, the CLI and the demo;
-- the third-party packages the jobs use on the executors (pyarrow, pandas and numpy for
-  pyspark's Arrow path, boto3), as CPython 3.11 manylinux x86_64 wheels unpacked by
-  ``pip install --target --platform --only-binary=:all:``: no build, no Docker, and the
-  same wheels whatever machine builds it. EMR's own Spark (3.5.5) is used, never pip's.
+- the third-party packages the jobs import on the driver and the executors (pyarrow,
+  pandas and numpy for pyspark's Arrow path, boto3, pydantic, and pyiceberg with what it
+  needs for the Glue catalog), pinned, as CPython 3.11 wheels for EMR Serverless's
+  platform (Amazon Linux 2023 on x86_64: glibc 2.34, so ``manylinux_2_34_x86_64`` and
+  every older manylinux tag) unpacked by ``pip install --target --platform
+  --only-binary=:all:``: no build, no Docker, the same wheels whatever machine builds it.
+  EMR's own Spark (3.5.5) is used, never pip's.
 
-Entries are sorted, with fixed times and owners, so the same inputs give the same bytes.
-Python ``--no-third-party`` builds only the shardlog part (offline; used by the tests).
+The unpacked wheels are cached under ``build/spark-wheels/<key>``, the key a hash of the
+pins and the platform; an archive whose inputs (that key and shardlog's files) are those
+it was built from is not rebuilt. Entries are sorted, with fixed times and owners, so the
+same inputs give the same bytes. ``--no-third-party`` builds only the shardlog part
+(offline; used by the tests). tests/spark/test_archive_as_shipped.py runs every job from
+the archive alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import io
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXCLUDED = ("shardlog/local", "shardlog/cli", "shardlog/demo.py", "shardlog/__main__.py")
-THIRD_PARTY = ("pyarrow>=15,<24", "pandas>=2,<3", "numpy>=1.23,<2", "boto3>=1.34,<2")
-PLATFORM = "manylinux2014_x86_64"  # EMR Serverless application architecture X86_64
+# Pinned (the versions the tests run with); numpy < 2 and pandas < 3 for pyspark 3.5's Arrow
+# path. pyiceberg's own dependencies follow from it at the versions pip resolves.
+THIRD_PARTY = (
+    "pyarrow==23.0.1",
+    "pandas==2.3.3",
+    "numpy==1.26.4",
+    "boto3==1.44.8",
+    "pydantic==2.14.4",
+    "pyiceberg[glue,pyarrow]==0.12.0",
+)
+# EMR Serverless: the application's architecture X86_64, release emr-7.x = Amazon Linux 2023,
+# glibc 2.34: every manylinux tag up to 2.34 runs there (pip takes the list as given).
+PLATFORMS = (
+    "manylinux_2_34_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+)
+GLIBC = (2, 34)
 PYTHON_VERSION = "3.11"  # shardlog.spark.jobs.EMR_PYTHON
+WHEEL_CACHE = REPO_ROOT / "build" / "spark-wheels"
 _FIXED_MTIME = 1_700_000_000
+
+
+@dataclass(frozen=True)
+class EmrPlatform:
+    """What an EMR Serverless release runs a job on (EMR release guide)."""
+
+    operating_system: str
+    glibc: tuple[int, int]
+    python: str  # the interpreter shardlog.spark.jobs.EMR_PYTHON names
+
+
+def emr_platform(release_label: str, architecture: str) -> EmrPlatform:
+    """The platform of emr-7.1.0 and later on X86_64 (Python 3.11 beside the default 3.9
+    from 7.1 on); any other release or architecture is refused: the archive is not for it."""
+    match = re.fullmatch(r"emr-(\d+)\.(\d+)\.\d+", release_label)
+    if architecture != "X86_64" or match is None or (int(match[1]), int(match[2])) < (7, 1):
+        raise ValueError(
+            f"the Spark archive is built for emr-7.1+ on X86_64, not {release_label} on "
+            f"{architecture}: change PLATFORMS and PYTHON_VERSION with the application"
+        )
+    return EmrPlatform("Amazon Linux 2023", GLIBC, PYTHON_VERSION)
+
+
+def wheel_runs_on(tag: str, platform: EmrPlatform) -> bool:
+    """Whether a wheel tag (``cp311-cp311-manylinux_2_17_x86_64``) runs on the platform."""
+    python, abi, plat = tag.split("-")
+    version = "cp" + platform.python.replace(".", "")
+    python_ok = python in (version, "py3", "py2.py3") or (abi == "abi3" and python <= version)
+    abi_ok = abi in (version, "abi3", "none")
+    legacy = {"manylinux2014_x86_64": (2, 17), "manylinux2010_x86_64": (2, 12)}
+    linux = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", plat)
+    glibc = (int(linux[1]), int(linux[2])) if linux else legacy.get(plat)
+    plat_ok = plat == "any" or (glibc is not None and glibc <= platform.glibc)
+    return python_ok and abi_ok and plat_ok
 
 
 def shardlog_files(root: Path = REPO_ROOT) -> Iterator[tuple[str, Path]]:
@@ -45,7 +107,27 @@ def shardlog_files(root: Path = REPO_ROOT) -> Iterator[tuple[str, Path]]:
         yield name, path
 
 
-def third_party_files(target: Path, requirements: Sequence[str]) -> Iterator[tuple[str, Path]]:
+def requirements_key(requirements: Sequence[str] = THIRD_PARTY) -> str:
+    """What the unpacked wheels depend on: the pins, the platform, the Python version."""
+    text = "\n".join([*requirements, *PLATFORMS, PYTHON_VERSION])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def third_party_dir(requirements: Sequence[str] = THIRD_PARTY, cache: Path = WHEEL_CACHE) -> Path:
+    """The wheels unpacked for EMR's platform, installed once per key (pip downloads)."""
+    target = cache / requirements_key(requirements)
+    if (target / ".complete").is_file():
+        return target
+    partial = target.with_suffix(".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    _pip_install(partial, requirements)
+    (partial / ".complete").write_text("\n".join(requirements) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    partial.replace(target)
+    return target
+
+
+def _pip_install(target: Path, requirements: Sequence[str]) -> None:
     subprocess.run(
         [
             sys.executable,
@@ -56,8 +138,7 @@ def third_party_files(target: Path, requirements: Sequence[str]) -> Iterator[tup
             "--no-compile",
             "--target",
             str(target),
-            "--platform",
-            PLATFORM,
+            *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
             "--python-version",
             PYTHON_VERSION,
             "--implementation",
@@ -67,10 +148,24 @@ def third_party_files(target: Path, requirements: Sequence[str]) -> Iterator[tup
         ],
         check=True,
     )
+
+
+def third_party_files(target: Path) -> Iterator[tuple[str, Path]]:
     for path in sorted(target.rglob("*")):
         name = path.relative_to(target).as_posix()
-        if path.is_file() and "__pycache__" not in name and not name.startswith("bin/"):
+        if name == ".complete" or not path.is_file() or "__pycache__" in name:
+            continue
+        if not name.startswith("bin/"):
             yield name, path
+
+
+def inputs_digest(entries: dict[str, Path], key: str) -> str:
+    digest = hashlib.sha256(key.encode())
+    for name in sorted(entries):
+        if name.startswith("shardlog/"):
+            digest.update(name.encode())
+            digest.update(entries[name].read_bytes())
+    return digest.hexdigest()
 
 
 def _add(archive: tarfile.TarFile, name: str, path: Path) -> None:
@@ -84,23 +179,33 @@ def _add(archive: tarfile.TarFile, name: str, path: Path) -> None:
     archive.addfile(info, io.BytesIO(data))
 
 
-def build(output: Path, *, third_party: bool = True, root: Path = REPO_ROOT) -> Path:
+def build(
+    output: Path, *, third_party: bool = True, root: Path = REPO_ROOT, cache: Path = WHEEL_CACHE
+) -> Path:
     output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as scratch:
-        entries = dict(shardlog_files(root))
-        if third_party:
-            for name, path in third_party_files(Path(scratch), THIRD_PARTY):
-                entries.setdefault(name, path)  # shardlog's own files win
-        partial = output.with_suffix(".partial")
-        # gzip with mtime 0, so the bytes depend on the contents only.
-        with (
-            partial.open("wb") as raw,
-            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped,
-            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as archive,
-        ):
-            for name in sorted(entries):
-                _add(archive, name, entries[name])
-        partial.replace(output)
+    entries = dict(shardlog_files(root))
+    key = "shardlog-only"
+    if third_party:
+        key = requirements_key()
+        for name, path in third_party_files(third_party_dir(THIRD_PARTY, cache)):
+            entries.setdefault(name, path)  # shardlog's own files win
+    # Beside the wheel cache, not the archive: the stack ships the archive's whole folder.
+    stamp = cache / f"{output.name}.inputs"
+    digest = inputs_digest(entries, key)
+    if output.is_file() and stamp.is_file() and stamp.read_text() == digest:
+        return output  # built from these very inputs
+    partial = output.with_suffix(".partial")
+    # gzip with mtime 0, so the bytes depend on the contents only.
+    with (
+        partial.open("wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=6) as zipped,
+        tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as archive,
+    ):
+        for name in sorted(entries):
+            _add(archive, name, entries[name])
+    partial.replace(output)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(digest)
     return output
 
 

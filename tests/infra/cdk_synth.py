@@ -38,11 +38,16 @@ TEST_LAMBDA_CONSUMERS = [
 ]
 
 
+# A consumer group of workers, so the template holds a group's managed policy.
+TEST_CONSUMER_GROUP = "analytics"
+
+
 def cdk_context(**overrides: Any) -> dict[str, Any]:
     context: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
     context[STRICT_VALIDATION_FLAG] = False
     context[IC.CTX_ALARM_EMAIL] = TEST_ALARM_EMAIL
     context[IC.CTX_LAMBDA_CONSUMERS] = TEST_LAMBDA_CONSUMERS
+    context[IC.CTX_CONSUMER_GROUPS] = [TEST_CONSUMER_GROUP]
     context.update(overrides)
     return context
 

@@ -119,10 +119,22 @@ def test_ingest_role_grants(synth: Synthesized) -> None:
     }
     assert grants[events] == {"s3:GetObject", "s3:PutObject"}
     assert grants[partitions] == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
-    assert grants[consumers] == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
-    # Nothing on the bucket itself or any other prefix: the log is append-only for ingest.
+    # The lease is created by an UpdateItem (upsert): no PutItem.
+    assert grants[consumers] == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    # On the bucket itself: listing (of events/ only, test below), nothing else.
     bucket_arn = str({"Fn::GetAtt": [synth.logical_id(storage.bucket), "Arn"]})
-    assert bucket_arn not in grants
+    assert grants[bucket_arn] == {"s3:ListBucket"}
+
+
+def test_ingest_lists_only_the_log_to_find_resent_records(synth: Synthesized) -> None:
+    """A batch with records flagged as resent reads the partition's tail: the writer lists
+    events/<partition>/ to find where segments start. Without s3:ListBucket that listing is
+    AccessDenied on AWS and the shard's batch fails for ever (the IAM replay found it)."""
+    bucket = {"Fn::GetAtt": [synth.logical_id(synth.stack.storage.bucket), "Arn"]}
+    statements = _statements(synth.template, synth.logical_id(synth.stack.ingest.ingest.role))
+    (listing,) = [s for s in statements if "s3:ListBucket" in _as_list(s["Action"])]
+    assert listing["Resource"] == bucket
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": [C.EVENTS_PREFIX + "*"]}}
 
 
 def test_shard_sync_role_grants(synth: Synthesized) -> None:
@@ -139,11 +151,22 @@ def test_shard_sync_role_grants(synth: Synthesized) -> None:
     assert not any("s3:" in a for actions in grants.values() for a in actions)
 
 
+def test_shard_sync_lists_the_partitions_with_a_scan(synth: Synthesized) -> None:
+    """Shard sync lists every partition (Tables.list_partitions: a Scan) on each run; without
+    dynamodb:Scan every run fails on AWS, so no partition is ever CLOSED or ENDED and children
+    wait for ever (the IAM replay found it). It creates partitions with an UpdateItem upsert
+    and never queries: no PutItem, no Query."""
+    storage = synth.stack.storage
+    grants = _grants(synth, synth.stack.ingest.shard_sync.role)
+    partitions = str({"Fn::GetAtt": [synth.logical_id(storage.partitions_table), "Arn"]})
+    assert grants[partitions] == {"dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"}
+
+
 def test_producer_role_can_only_put_records(synth: Synthesized) -> None:
     storage = synth.stack.storage
     grants = _grants(synth, synth.stack.producer_api.producer.role)
     stream = str({"Fn::GetAtt": [synth.logical_id(storage.stream), "Arn"]})
-    assert grants[stream] == {"kinesis:PutRecord", "kinesis:PutRecords"}
+    assert grants[stream] == {"kinesis:PutRecords"}  # the handler never uses PutRecord
     key = str({"Fn::GetAtt": [synth.logical_id(storage.key), "Arn"]})
     assert grants[key] == {"kms:GenerateDataKey"}
 
@@ -162,10 +185,28 @@ def test_spark_role_reads_the_log_and_writes_only_its_prefixes(synth: Synthesize
     lake = objects("lake/shardlog/")
     assert grants[lake] == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
     assert grants[str(bucket)] == {"s3:ListBucket"}
+    partitions = str({"Fn::GetAtt": [synth.logical_id(storage.partitions_table), "Arn"]})
+    assert grants[partitions] == {"dynamodb:Scan"}  # the jobs list heads, never read one
     writes = {"s3:PutObject", "s3:DeleteObject"}
     for resource, actions in grants.items():
         if actions & writes and str(bucket) in resource:
             assert resource in (objects("analytics/"), lake), resource
+
+
+def test_spark_role_may_list_the_bucket_so_a_missing_lake_file_is_a_404(
+    synth: Synthesized,
+) -> None:
+    """pyiceberg's file IO checks that a new metadata file does not exist yet (HeadObject);
+    S3 answers 404 for a missing key only to a caller allowed s3:ListBucket on the bucket,
+    and that check has no s3:prefix: with the listing limited by prefix, the answer is 403 and
+    every lake commit fails on AWS (the IAM replay found it)."""
+    bucket = {"Fn::GetAtt": [synth.logical_id(synth.stack.storage.bucket), "Arn"]}
+    role = synth.logical_id(synth.stack.analytics.execution_role)
+    (listing,) = [
+        s for s in _statements(synth.template, role) if "s3:ListBucket" in _as_list(s["Action"])
+    ]
+    assert listing["Resource"] == bucket
+    assert "Condition" not in listing
 
 
 def test_spark_role_trusts_only_emr_serverless_of_this_account(synth: Synthesized) -> None:

@@ -92,6 +92,23 @@ def test_the_runner_may_invoke_only_its_groups_function(synth: Synthesized) -> N
     )
 
 
+def test_the_runner_uses_its_wake_queue_as_the_event_source_and_to_rewake(
+    synth: Synthesized,
+) -> None:
+    """Lambda's SQS event source needs ReceiveMessage, DeleteMessage and GetQueueAttributes;
+    the runner sends wakes. Nothing changes a message's visibility (a failed wake simply
+    reappears): no ChangeMessageVisibility (the IAM replay found it unused)."""
+    for group in synth.stack.lambda_consumers.groups.values():
+        queue = {"Fn::GetAtt": [synth.logical_id(group.wake_queue), "Arn"]}
+        (statement,) = [s for s in statements(synth, group.runner.role) if s["Resource"] == queue]
+        assert actions_of(statement) == {
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:GetQueueAttributes",
+            "sqs:SendMessage",
+        }
+
+
 def test_the_runner_touches_only_its_groups_items_of_the_consumers_table(
     synth: Synthesized,
 ) -> None:

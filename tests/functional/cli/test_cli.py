@@ -6,6 +6,7 @@ import base64
 import json
 
 import pytest
+from click.testing import Result
 
 from tests.support.aws import AwsEnv
 from tests.support.cli import run_cli
@@ -90,3 +91,48 @@ def test_demo_small_run_verifies(monkeypatch: pytest.MonkeyPatch) -> None:
     assert summary["ok"] is True and summary["records"] == 600
     assert summary["partitions"] == 7, "4 shards + 2 split children + 1 merge child"
     assert summary["awsRequestsPer1000Records"] > 0
+
+
+def _error_line(result: Result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+PARTITION = "shardId-000000000000"
+
+
+@pytest.fixture
+def three_records(aws: AwsEnv) -> AwsEnv:
+    writer_for(aws).append(PARTITION, incoming_records(3, start=0))
+    return aws
+
+
+def _read(aws: AwsEnv, *args: str) -> Result:
+    return run_cli(aws, "read", "--partition", PARTITION, *args)
+
+
+def test_read_refuses_a_range_that_ends_before_it_starts(three_records: AwsEnv) -> None:
+    assert _read(three_records, "--from-seq", "2", "--to-seq", "2").output == ""  # empty: edge
+    line = _error_line(_read(three_records, "--from-seq", "2", "--to-seq", "1"))
+    assert "--to-seq: 1 is below --from-seq 2" in line
+
+
+def test_read_refuses_a_start_past_the_head(three_records: AwsEnv) -> None:
+    assert _read(three_records, "--from-seq", "3").output == ""  # the head: nothing yet, no error
+    line = _error_line(_read(three_records, "--from-seq", "4"))
+    assert f"--from-seq: 4 is past partition {PARTITION}'s head 3" in line
+
+
+def test_read_refuses_an_unknown_partition(aws: AwsEnv) -> None:
+    line = _error_line(run_cli(aws, "read", "--partition", "shardId-nosuch"))
+    assert "no partition 'shardId-nosuch' in table" in line
+
+
+def test_status_of_an_unknown_group_is_refused(three_records: AwsEnv) -> None:
+    line = _error_line(run_cli(three_records, "status", "--group", "nosuch"))
+    assert "no consumer group 'nosuch'" in line
+    worker = run_cli(three_records, "status", "--group", "nosuch", "--json")
+    assert worker.exit_code == 2

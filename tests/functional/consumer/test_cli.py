@@ -66,16 +66,20 @@ def test_consume_usage_errors_name_the_problem(args: list[str], message: str) ->
 def test_status_group_lists_owner_checkpoint_and_lag(aws: AwsEnv, clock: ManualClock) -> None:
     register_partition(aws, "p0")
     append(aws, "p0", incoming_records(4))
-    end_partition(aws, "p0")
     register_partition(aws, "c1", ("p0",))
     append(aws, "c1", incoming_records(3))
+    unknown = run_cli(aws, "status", "--group", "billing")  # no worker of it ever ran
+    assert unknown.exit_code == 2 and "no consumer group 'billing'" in unknown.output
+
+    worker = recording_worker(aws, Journal(), "w-1", clock, group="billing")
+    run_until_idle([worker], clock)
     before = run_cli(aws, "status", "--group", "billing")
     assert before.exit_code == 0, before.output
     rows = {line.split()[0]: line for line in before.output.splitlines()[1:]}
-    assert rows["p0"].split()[1:5] == ["ENDED", "4", "-", "4"]
+    assert rows["p0"].split()[1:5] == ["OPEN", "4", "4", "0"]
     assert "waiting on parents p0" in rows["c1"]
 
-    worker = recording_worker(aws, Journal(), "w-1", clock, group="billing")
+    end_partition(aws, "p0")
     run_until_idle([worker], clock)
     after = run_cli(aws, "status", "--group", "billing")
     rows = {line.split()[0]: line for line in after.output.splitlines()[1:]}

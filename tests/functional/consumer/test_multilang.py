@@ -7,6 +7,7 @@ processes run in real time, with bounded waits."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +28,7 @@ from shardlog import constants as C
 from shardlog.cli.main import cli
 from shardlog.clock import ManualClock
 from shardlog.consumer import ConsumerSettings, MultiLangSettings, Worker, multilang_factory
+from shardlog.consumer.multilang import MIN_MAX_LINE_BYTES, OverlongLine, bounded_lines
 from shardlog.tables import Tables
 from tests.support.aws import AwsEnv
 from tests.support.factories import (
@@ -314,9 +317,54 @@ def test_a_child_hears_lease_lost_when_another_worker_takes_its_partition(
     assert actions[-1] == "leaseLost" and "shutdownRequested" not in actions
 
 
+def test_a_child_printing_without_end_cannot_grow_the_worker(
+    aws: AwsEnv,
+    clock: ManualClock,
+    child_env: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """64 MiB with no newline on STDOUT and on STDERR: the daemon holds at most its line cap
+    of either at a time, skips the line, and the child's records are delivered as usual."""
+    flood_bytes = 64 << 20
+    monkeypatch.setenv("SHARDLOG_CHILD_FLOOD", str(flood_bytes))
+    append(aws, "p0", incoming_records(3))
+    settings = MultiLangSettings(10_000, 5_000, max_line_bytes=MIN_MAX_LINE_BYTES)
+    worker = daemon(aws, clock, "protocol_child.py", settings)
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.INFO, "shardlog.consumer"):
+            cycle_until([worker], clock, lambda: checkpoints(aws) == {"p0": "3"})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        worker.shutdown()
+    assert peak < 8 << 20, f"the daemon held {peak} bytes while the child flooded"
+    assert [r["seq"] for r in records_seen(child_env["out"])] == [0, 1, 2]
+    assert f"skipping a line of {flood_bytes} bytes on the child's STDOUT" in caplog.text
+    assert f"(a line of {flood_bytes} bytes, longer than max_line_bytes" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("data", "lines"),
+    [
+        (b"a" * 1024 + b"\n" + b"ok\n", [b"a" * 1024 + b"\n", b"ok\n"]),  # at the cap
+        (b"a" * 1025 + b"\n" + b"ok\n", [OverlongLine(1025), b"ok\n"]),  # one past it
+        (b"a" * 1024, [b"a" * 1024]),  # at the cap, no newline before EOF
+        (b"a" * 200_000, [OverlongLine(200_000)]),  # past it, no newline before EOF
+        (b"", []),
+    ],
+)
+def test_bounded_lines_cut_at_the_cap(data: bytes, lines: list[Any]) -> None:
+    assert list(bounded_lines(io.BufferedReader(io.BytesIO(data)), 1024)) == lines
+
+
 def test_multilang_settings_and_command_are_validated() -> None:
     with pytest.raises(ValueError, match="response_timeout_ms"):
         MultiLangSettings(response_timeout_ms=0)
+    with pytest.raises(ValueError, match=f"max_line_bytes.*>= {MIN_MAX_LINE_BYTES}"):
+        MultiLangSettings(max_line_bytes=MIN_MAX_LINE_BYTES - 1)
+    assert MultiLangSettings(max_line_bytes=MIN_MAX_LINE_BYTES).max_line_bytes == 1024
     with pytest.raises(ValueError, match="command"):
         multilang_factory([])
     assert dataclasses.replace(SETTINGS).records_per_call == 4

@@ -6,7 +6,8 @@ at its last record. $SHARDLOG_CHILD_FAIL = "crash:<seq>" or "hang:<seq>" makes i
 hang when it receives that seq, once: the first time it creates $SHARDLOG_CHILD_MARKER.
 $SHARDLOG_CHILD_RAW names a file that gets every line read from STDIN, verbatim; with
 $SHARDLOG_CHILD_BAD_CHECKPOINT set, each batch first asks for a checkpoint past its end and
-records the error it gets back.
+records the error it gets back. $SHARDLOG_CHILD_FLOOD = "<n>" makes it print n bytes with no
+newline on STDOUT and on STDERR (then a newline on each) before it starts.
 """
 
 import base64
@@ -56,9 +57,22 @@ def fail_once(seq):
         time.sleep(3600)
 
 
+def flood(stream, size):
+    chunk = "x" * 65536
+    while size > 0:
+        stream.write(chunk[:size])
+        size -= len(chunk)
+    stream.write("\n")
+    stream.flush()
+
+
 def main():
     out = os.environ["SHARDLOG_CHILD_OUT"]
     shard = None
+    flood_bytes = int(os.environ.get("SHARDLOG_CHILD_FLOOD", "0"))
+    if flood_bytes:
+        flood(sys.stderr, flood_bytes)
+        flood(sys.stdout, flood_bytes)
     print("a line that is not a protocol message: the daemon skips it")
     while True:
         message = receive()
