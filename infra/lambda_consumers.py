@@ -57,10 +57,10 @@ STREAM_READ_ACTIONS = [
 RUNNER_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
 # Its group's leases: create (PutItem), take/renew/checkpoint/release (UpdateItem), read.
 RUNNER_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
-# Registration: the partitions and their heads (Scan, GetItem); the group's "$group" and
-# lease items: read, created (PutItem, conditional: never overwritten); segments, for
+# Registration: the partitions and their heads (one consistent Scan); the group's "$group"
+# and lease items: read, created (PutItem, conditional: never overwritten); segments, for
 # AT_TIMESTAMP's first record at or after the timestamp.
-REGISTRATION_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
+REGISTRATION_PARTITIONS_ACTIONS = ["dynamodb:Scan"]
 REGISTRATION_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem"]
 # The SQS event source mapping's actions on the wake queue (Lambda's documented three), plus
 # sending (rewake, children). A failed wake is left to reappear: no ChangeMessageVisibility.

@@ -108,7 +108,7 @@ def _start_of(
         return 0, partition.state == PartitionState.ENDED and partition.next_seq == 0
     if start.kind is InitialPosition.LATEST and partition.state != PartitionState.OPEN:
         return partition.next_seq, True  # closed before the group existed: nothing after it
-    seq = resolve_start(reader, partition.partition_id, start)
+    seq = resolve_start(reader, partition.partition_id, start, head=partition.next_seq)
     return seq, partition.state == PartitionState.ENDED and seq >= partition.next_seq
 
 

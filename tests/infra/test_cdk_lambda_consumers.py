@@ -168,7 +168,7 @@ def test_registration_reads_the_log_and_creates_only_the_groups_items(
     partitions = json.dumps(
         {"Fn::GetAtt": [synth.logical_id(storage.partitions_table), "Arn"]}, sort_keys=True
     )
-    assert actions_of(by_resource[partitions]) == {"dynamodb:GetItem", "dynamodb:Scan"}
+    assert actions_of(by_resource[partitions]) == {"dynamodb:Scan"}
     everything = {a for s in granted for a in actions_of(s)}
     assert everything - XRAY == {
         "logs:CreateLogStream",
