@@ -19,7 +19,6 @@ RESOURCE_TYPE = "Custom::ShardlogConsumerGroup"
 # The custom resource's properties: CloudFormation passes every value as a string.
 PROPERTIES = {
     "group": "Group",
-    "function_name": "FunctionName",
     "starting_position": "StartingPosition",
     "starting_position_timestamp_ms": "StartingPositionTimestampMs",
 }
@@ -54,6 +53,7 @@ def group_from_properties(properties: Mapping[str, Any]) -> LambdaConsumerSettin
     """The group the properties declare, validated by the group's own rules; an error
     names the property and the rule."""
     values = {k: properties[name] for k, name in PROPERTIES.items() if name in properties}
+    values["function_name"] = "-"  # registration never invokes the group's function
     try:
         return LambdaConsumerSettings.model_validate(values)
     except ValidationError as exc:
