@@ -40,12 +40,21 @@ test: lint cdk-cli kclpy spark-archive lambda-runtime
 bench: $(STAMP)
 	$(BIN)/python bench/speed.py
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/dedupe.py
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/consume.py
 	$(BIN)/python bench/compact.py
 	$(BIN)/python bench/lambda_consumer.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/cost.py
+
+# The smoke test of a deployed stack (docs/DEPLOY.md, "Smoke test"): run it after `cdk deploy`,
+# with the deployment's credentials and region (AWS_PROFILE, AWS_REGION). The stack is found
+# by its CloudFormation outputs; STACK=<name> for a stack deployed under another name.
+STACK ?= $(shell $(BIN)/python -c 'from infra.constants import DEFAULT_STACK_NAME as n; print(n)')
+.PHONY: smoke
+smoke: $(STAMP)
+	$(BIN)/shardlog smoke --stack-name $(STACK)
 
 # The fault soak (not part of make test): the model-based machines on fresh random schedules
 # across processes; prints schedules, steps, faults by kind and violations (scripts/soak.py).

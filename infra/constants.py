@@ -42,7 +42,7 @@ CTX_LAMBDA_CONSUMERS: Final = "shardlog:lambdaConsumers"
 CTX_ITERATOR_AGE_ALARM_MINUTES: Final = "shardlog:iteratorAgeAlarmMinutes"
 CTX_STACK_NAME: Final = "shardlog:stackName"
 
-DEFAULT_STACK_NAME: Final = "Shardlog"
+DEFAULT_STACK_NAME: Final = C.DEFAULT_STACK_NAME
 DEFAULT_SHARD_COUNT: Final = 1
 # A week: a stalled ingest has days, not hours, before records are given up (cost: Kinesis
 # extended retention, per shard-hour).

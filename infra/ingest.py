@@ -20,6 +20,8 @@ from shardlog import constants as C
 
 # Read actions the event source mapping performs with the function's role (Lambda docs,
 # "Kinesis execution role permissions"; kinesis:ListStreams is account-level and not needed).
+# The writer itself lists shards too: the look-up of a resent record learns a child's parents
+# from ListShards when shard sync has not recorded them yet (shardlog/dedupe.py).
 KINESIS_ESM_ACTIONS = [
     "kinesis:DescribeStream",
     "kinesis:DescribeStreamSummary",
@@ -34,8 +36,9 @@ INGEST_KEY_SERVICES = ["kinesis", "s3", "dynamodb", "sqs"]
 SHARD_SYNC_KEY_SERVICES = ["kinesis", "dynamodb"]
 # The writer: GetObject of a leftover to adopt it, and conditional PutObject of segments:
 # only with If-None-Match (the bucket policy denies the rest to everyone, too). A batch with
-# records flagged as resent reads the partition's tail for their ids: it finds where the last
-# segments start by listing the partition's prefix (ListObjectsV2), under events/ only.
+# records flagged as resent reads the partition's tail for their ids: it lists the
+# partition's segments back from its head (ListObjectsV2), under events/ only
+# (shardlog/dedupe.py).
 INGEST_S3_READ_ACTIONS = ["s3:GetObject"]
 INGEST_S3_LIST_ACTIONS = ["s3:ListBucket"]
 INGEST_S3_CREATE_ACTIONS = ["s3:PutObject"]

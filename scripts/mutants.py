@@ -55,6 +55,12 @@ CONSUMER_MODELS = (
     "tests/functional/consumer/test_model.py",
     "tests/functional/lambda_consumer/test_model.py",
 )
+IDEMPOTENCE_MODEL = ("tests/functional/ingest/test_idempotence_model.py",)
+IDEMPOTENCE = (
+    "tests/functional/ingest/test_idempotent_ingest.py",
+    "tests/functional/ingest/test_idempotent_resharding.py",
+    *IDEMPOTENCE_MODEL,
+)
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,86 @@ MUTATIONS = (
         INGEST,
     ),
     Mutation(
+        "lineage-independent-dedupe",
+        "the look-up's parents from ListShards when shard sync has not recorded them yet",
+        "shardlog/dedupe.py",
+        "            self._list(partition_id, stream)\n",
+        "            return item.parents if item is not None else ()  # never lists\n",
+        IDEMPOTENCE,
+        IDEMPOTENCE_MODEL,
+    ),
+    Mutation(
+        "dedupe-walk-itemless",
+        "the look-up walking on through an ancestor with no partition item (split twice)",
+        "shardlog/dedupe.py",
+        "item = self.tables.get_partition(partition_id)  # None: never ingested",
+        "item = self.tables.get_partition(partition_id)\n"
+        "                if item is None:\n                    continue",
+        IDEMPOTENCE,
+        IDEMPOTENCE_MODEL,
+    ),
+    Mutation(
+        "dedupe-latest-arrival",
+        "a resend's window measured from the latest copy of its id that reached the log",
+        "shardlog/dedupe.py",
+        "if arrival_ms > self.arrivals.get(record_id, -1):",
+        "if True:",
+        IDEMPOTENCE,
+    ),
+    Mutation(
+        "dedupe-batch-window",
+        "an earlier record of the batch counting only within the resend's window",
+        "shardlog/writer.py",
+        "found.add(record.record_id, record.arrival_ms)",
+        "found.add(record.record_id, record.arrival_ms + 2**62)",
+        IDEMPOTENCE,
+        IDEMPOTENCE_MODEL,
+    ),
+    Mutation(
+        "closed-end-nothing-new",
+        "a batch that reaches a CLOSED shard's end with nothing new ends the partition",
+        "shardlog/writer.py",
+        "            and not reaches_end(batch.partition, batch.checkpoint)\n",
+        "",
+        IDEMPOTENCE,
+        IDEMPOTENCE_MODEL,
+    ),
+    Mutation(
+        "dedupe-density",
+        "the look-up's check that no committed segment is missing below the head",
+        "shardlog/dedupe.py",
+        "if segment.next_seq != expected_end:",
+        "if segment.next_seq < 0:",
+        IDEMPOTENCE,
+    ),
+    Mutation(
+        "dedupe-window-stop",
+        "the look-up stopping at the window's start (its cost)",
+        "shardlog/dedupe.py",
+        "if segment.records[0].arrival_ms < found.since_ms:",
+        "if segment.records[0].arrival_ms < 0:",
+        IDEMPOTENCE,
+    ),
+    Mutation(
+        "dedupe-limits",
+        "the look-up's limits on GETs and bytes (the ingest timeout out of reach)",
+        "shardlog/dedupe.py",
+        "            or found.segments_read + 1 > self.limits.max_segments\n"
+        "            or found.bytes_read + segment.size > self.limits.max_bytes\n",
+        "",
+        IDEMPOTENCE,
+    ),
+    Mutation(
+        "ingest-list-grant",
+        "the ingest role's s3:ListBucket on events/ (the look-up lists segments)",
+        "infra/ingest.py",
+        "        role.add_to_principal_policy(\n            iam.PolicyStatement(\n"
+        "                actions=INGEST_S3_LIST_ACTIONS,",
+        "        (lambda _: None)(\n            iam.PolicyStatement(\n"
+        "                actions=INGEST_S3_LIST_ACTIONS,",
+        ("tests/infra/test_cdk_iam.py",),
+    ),
+    Mutation(
         "lake-watermark-check",
         "the lake append's check that a batch starts at the table's watermark",
         "shardlog/lake/commit.py",
@@ -276,6 +362,31 @@ MUTATIONS = (
         "for raw in stream:\n            if isinstance(raw, OverlongLine):\n"
         "                self._lines.put(raw)",
         ("tests/functional/consumer/test_multilang.py",),
+    ),
+    Mutation(
+        "mapping-detach",
+        "the embedded AWS's event source mappings leaving a stream's records and a queue's "
+        "messages to the local event sources",
+        "shardlog/local/event_source_mappings.py",
+        "            detach(mapping)\n",
+        "",
+        ("tests/functional/local/test_event_source_mappings.py",),
+    ),
+    Mutation(
+        "smoke-read-back-once",
+        "the smoke test's read-back refusing a record id read more than once",
+        "shardlog/smoke/steps.py",
+        "if len(copies) > 1)",
+        "if len(copies) > 2)",
+        ("tests/unit/test_smoke.py",),
+    ),
+    Mutation(
+        "smoke-committed-check",
+        "the smoke test waiting until the ingest checkpoint is past its own records",
+        "shardlog/smoke/steps.py",
+        "if checkpoint is None or not checkpoint.isdigit() or int(checkpoint) < seq:",
+        "if checkpoint is None:",
+        ("tests/infra/test_smoke.py",),
     ),
     # The IAM replay: one action taken from one role, per function (a statement keeps another
     # action where removing its only one would leave it empty, which synth refuses).

@@ -1,13 +1,14 @@
 """Fault soak: the model-based machines of the test suite, run for a budget or a count.
 
-``make soak`` (not part of ``make test``) runs the write-path, consumer-groups and
-Lambda-consumer machines (tests/functional/*/test_*model.py) on fresh random schedules,
+``make soak`` (not part of ``make test``) runs the write-path, idempotence, consumer-groups
+and Lambda-consumer machines (tests/functional/*/test_*model.py) on fresh random schedules,
 across processes, each process with its own embedded AWS. It prints the schedules explored
 (and how many had at least ``--min-steps`` steps), the steps, the faults injected by kind
 and the invariant violations. The machines check after every step that nothing was lost,
 duplicated or reordered (the write path: each partition's log is a prefix of its shard;
-consumers: no skip, redeliveries only from a checkpoint, produce order per key), so a
-violation is any of those.
+idempotence: each log is a prefix of what the documented guarantee keeps; consumers: no
+skip, redeliveries only from a checkpoint, produce order per key), so a violation is any of
+those.
 
 A failing schedule is shrunk by Hypothesis and saved as a regression test under
 ``tests/functional/regressions/`` (collected by ``make test``): it replays the exact
@@ -69,6 +70,15 @@ MACHINES = {
             "stalls before any AWS call, crashes after the S3 write, zombies past their "
             "lease, lost answers, throttling, redelivery, split, merge (parents closed), warm "
             "writers overtaken between two batches",
+        ),
+        Machine(
+            "idempotence",
+            "tests.functional.ingest.test_idempotence_model",
+            "IdempotenceMachine",
+            "resends flagged and not, before and after splits and merges (a shard split again "
+            "before it took a record), before and after shard sync, inside, at the edge of and "
+            "past the window; crashes after the S3 write, lost and throttled answers of the "
+            "commit and of the look-up's reads, redelivery",
         ),
         Machine(
             "consumer-groups",

@@ -167,6 +167,8 @@ LAKE_QUERY_MAX_LIMIT: Final = 1_000_000  # rows a lake query returns at most (he
 LAKE_QUERY_MAX_FILTER_VALUES: Final = 100  # values of --partition-key or --partition at most
 
 # --- stack outputs (stable CfnOutput names: infra/ writes them, `shardlog smoke` reads them) -
+DEFAULT_STACK_NAME: Final = "Shardlog"  # the CDK app's stack (context shardlog:stackName)
+ENV_STACK_NAME: Final = "SHARDLOG_STACK_NAME"  # `shardlog smoke --stack-name`
 OUTPUT_STREAM_NAME: Final = "StreamName"
 OUTPUT_BUCKET_NAME: Final = "BucketName"
 OUTPUT_PARTITIONS_TABLE: Final = "PartitionsTableName"
@@ -196,6 +198,18 @@ DEFAULT_LEASE_DURATION_MS: Final = 60_000
 DEFAULT_DEDUPE_WINDOW_S: Final = 600
 ENV_DEDUPE_WINDOW_S: Final = "SHARDLOG_DEDUPE_WINDOW_S"
 METRIC_RECORDS_DEDUPLICATED: Final = "RecordsDeduplicated"
+# Resent records kept by a look-up its limits stopped before the window's start.
+METRIC_RESENT_UNCHECKED: Final = "ResentRecordsUnchecked"
+# The look-up's limits (shardlog/dedupe.py): at most this many GETs, bytes and
+# ListObjectsV2 requests per batch, with this many GETs in flight. A 600 s window of a shard
+# at Kinesis' full write rate (1 MiB/s; a batch a second, two when catching up) is at most
+# 1,200 segments and about 620 MiB with the envelopes: inside them. At 16 GETs in flight
+# that is 128 rounds of GETs, and 768 MiB at 80 MB/s about 10 s: a third of the ingest
+# function's 30 s timeout.
+DEDUPE_LOOKUP_MAX_SEGMENTS: Final = 2_048
+DEDUPE_LOOKUP_MAX_BYTES: Final = 768 * MIB
+DEDUPE_LOOKUP_MAX_LISTS: Final = 32
+DEDUPE_LOOKUP_PARALLEL: Final = 16
 DEFAULT_SEGMENT_MAX_RECORDS: Final = 10_000
 DEFAULT_SEGMENT_MAX_BYTES: Final = 16 * MIB
 

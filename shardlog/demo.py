@@ -79,10 +79,9 @@ def demo_records(records: int, keys: int) -> list[ProducerRecord]:
     return out
 
 
-def reshard(runtime: LocalRuntime, step: str) -> str:
-    """Split the first open shard, or merge the first two adjacent open shards."""
-    kinesis = runtime.clients.kinesis
-    stream = runtime.config.stream_name
+def reshard(kinesis: Any, stream: str, step: str) -> str:
+    """Split the first open shard of ``stream``, or merge the last two adjacent open shards
+    (``kinesis``: a boto3 Kinesis client)."""
     shards = [
         s
         for s in list_shards(kinesis, stream)
@@ -147,7 +146,10 @@ def run_demo(
         for start in range(0, records, chunk):
             for point, step in reshard_at.items():
                 if start <= point < start + chunk:
-                    log(reshard(runtime, step) + " while producing")
+                    log(
+                        reshard(runtime.clients.kinesis, runtime.config.stream_name, step)
+                        + " while producing"
+                    )
             # A key goes through one path only, so its order holds across both.
             part = plan[start : start + chunk]
             via_api = [r for r in part if _via_api(r.partition_key)]

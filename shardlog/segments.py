@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -36,6 +37,13 @@ SEGMENT_CONTENT_TYPE = "application/vnd.shardlog.segment"
 # about to be, there).
 _KEY_EXISTS = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
 _FIRST_LOOKBACK = 1024
+_LIST_PAGE = 1000  # the most keys S3 answers a ListObjectsV2 with
+# The backward listing (BackwardListing): a first round of at most a page's worth of seqs (a
+# seq starts at most one segment, so it always fits one page), then rounds sized to hold
+# about half a page, growing at most 64-fold a round.
+_BACK_FIRST_SEQS = _LIST_PAGE
+_BACK_TARGET_KEYS = _LIST_PAGE // 2
+_BACK_MAX_GROWTH = 64
 
 
 def segment_key(partition_id: str, seq: int) -> str:
@@ -71,6 +79,92 @@ def check_segment(segment: Segment, partition_id: str, first_seq: int, next_seq:
             f"[{segment.first_seq}, {segment.next_seq}): a committed segment is missing "
             "or misplaced"
         )
+
+
+@dataclass(frozen=True)
+class ListedSegment:
+    """A segment object as the listing shows it: its first seq and its size in bytes."""
+
+    start: int
+    size: int
+
+
+class BackwardListing:
+    """The segment objects of a partition below ``head``, newest first, listed lazily.
+
+    S3 lists forward only, so the listing goes back in rounds, each one ListObjectsV2 page
+    (at most 1,000 keys) of a range of seqs ``[low, high)``, the next round the range below
+    it. A range of at most 1,000 seqs always fits one page (a seq starts at most one
+    segment): the first round spans 1,000 seqs; each later one is sized from the density of
+    segments the last one found, to hold about 500 keys (half a page: room for a denser
+    range), at least 1,000 seqs and at most 64 times the last span. A page that fills
+    before reaching ``high`` (the range is denser than that) is listed again over the upper
+    half of what it covered, and no later round reaches more than about half a page of keys
+    below that page's last key: one request lost, never a walk through keys older than the
+    caller needs. Objects at or past ``head`` are uncommitted leftovers, never listed.
+
+    At most ``max_lists`` requests: past them the iteration stops and ``truncated`` says
+    that segments below were left unlisted. ``lists`` counts the requests made.
+    """
+
+    def __init__(self, store: SegmentStore, partition_id: str, head: int, max_lists: int) -> None:
+        self.store = store
+        self.partition_id = partition_id
+        self.head = head
+        self.max_lists = max_lists
+        self.lists = 0
+        self.truncated = False
+
+    def __iter__(self) -> Iterator[ListedSegment]:
+        high, span = self.head, _BACK_FIRST_SEQS
+        # Where a page filled: segments are dense below ``dense_at``, about half a page of
+        # them in the ``dense_span`` seqs under it. No later round reaches further down.
+        dense_at, dense_span = 0, 0
+        while high > 0:
+            if self.lists >= self.max_lists:
+                self.truncated = True
+                return
+            low = max(0, high - span)
+            if high > dense_at:
+                low = max(low, dense_at - dense_span)
+            listed, complete = self._page(low, high)
+            if not complete:  # more than a page in [low, high): the upper half of this page
+                dense_at = listed[-1].start
+                dense_span = max(1, (dense_at - low + 1) * _BACK_TARGET_KEYS // len(listed))
+                span = max(_BACK_FIRST_SEQS, dense_span)
+                continue
+            yield from reversed(listed)
+            high, span = low, _next_span(high - low, len(listed))
+
+    def _page(self, low: int, high: int) -> tuple[list[ListedSegment], bool]:
+        """The segments starting in ``[low, high)`` from one request, and whether the page
+        held all of them (it reached ``high`` or the end of the partition)."""
+        prefix = partition_prefix(self.partition_id)
+        kwargs: dict[str, Any] = {
+            "Bucket": self.store.bucket,
+            "Prefix": prefix,
+            "MaxKeys": _LIST_PAGE,
+        }
+        if low > 0:
+            kwargs["StartAfter"] = segment_key(self.partition_id, low - 1)
+        self.lists += 1
+        page = self.store.clients.s3.list_objects_v2(**kwargs)
+        contents = page.get("Contents", [])
+        objects = [ListedSegment(seq_of_key(o["Key"]), int(o["Size"])) for o in contents]
+        listed = [o for o in objects if o.start < high]
+        # Complete: the page went past high, or to the partition's end, or it holds every
+        # seq of the range (a seq starts at most one segment).
+        complete = (
+            len(listed) < len(objects) or not page.get("IsTruncated") or len(listed) >= high - low
+        )
+        return listed, complete
+
+
+def _next_span(span: int, found: int) -> int:
+    """The next round's span: about half a page of keys at the density just found (and
+    never under a page's worth of seqs, which always fits a page)."""
+    wanted = span * _BACK_TARGET_KEYS // found if found else span * _BACK_MAX_GROWTH
+    return max(_BACK_FIRST_SEQS, min(wanted, span * _BACK_MAX_GROWTH))
 
 
 class SegmentStore:
@@ -121,6 +215,11 @@ class SegmentStore:
         for page in self.clients.s3.get_paginator("list_objects_v2").paginate(**kwargs):
             for obj in page.get("Contents", []):
                 yield seq_of_key(obj["Key"])
+
+    def listing_back(self, partition_id: str, head: int, *, max_lists: int) -> BackwardListing:
+        """The segment objects below ``head``, newest first, listed lazily (see
+        ``BackwardListing``); at most ``max_lists`` ListObjectsV2 requests."""
+        return BackwardListing(self, partition_id, head, max_lists)
 
     def segment_start(self, partition_id: str, seq: int) -> int:
         """The first seq of the segment holding committed ``seq``: the greatest start <= seq.

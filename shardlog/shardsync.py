@@ -37,9 +37,12 @@ class SyncResult:
     shards: int = 0
 
 
-def list_shards(kinesis: Any, stream_name: str) -> list[dict[str, Any]]:
+def list_shards(kinesis: Any, stream: str) -> list[dict[str, Any]]:
+    """Every shard of the stream (its name, or its ARN as a Kinesis event names it), open
+    and closed, through every page."""
     shards: list[dict[str, Any]] = []
-    response = kinesis.list_shards(StreamName=stream_name)
+    named = {"StreamARN": stream} if stream.startswith("arn:") else {"StreamName": stream}
+    response = kinesis.list_shards(**named)
     while True:
         shards.extend(response["Shards"])
         token = response.get("NextToken")

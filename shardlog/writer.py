@@ -20,9 +20,15 @@ holds only while the partition is still OPEN; when shard sync closed it meanwhil
 writer reads the state afresh and commits again (its segments are already in place).
 
 Idempotent produce (docs/FORMAT.md, section 9): a record its producer sent again after an
-unknown outcome (``resent``) is dropped when its record id is already in the log of this
-partition or its parents, among records that arrived within the deduplication window before
-it, or earlier in the batch. Only batches holding such a record pay for the look-up.
+unknown outcome (``resent``) is dropped when its record id reached this partition (earlier
+records of the batch included) or any ancestor, among records that arrived within the
+deduplication window before it, whether or not shard sync has recorded the lineage yet
+(shardlog/dedupe.py: parents from ListShards of the batch's stream then). Only batches
+holding such a record pay for the look-up, within its limits; the decision depends on the
+committed log only, so every attempt at a batch drops the same copies. Copies dropped are
+passed by the checkpoint; a batch of a CLOSED shard that holds nothing new but reaches the
+shard's end (only dropped copies, or only redeliveries after a commit that reached it while
+the partition was read OPEN) ends the partition in the same write as its checkpoint.
 
 Why step 2 reads both at once: head and checkpoint only ever change together (step 4),
 and a segment is adoptable only if it was cut from a (head, checkpoint) pair that existed.
@@ -44,6 +50,7 @@ from botocore.exceptions import ClientError
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
+from shardlog.dedupe import DedupeLookup, Lineage, LookupLimits
 from shardlog.exceptions import CommitConflictError, CorruptLogError, LeaseLostError, ShardlogError
 from shardlog.format import IncomingRecord, Segment, encode_segment, plan_segments
 from shardlog.lease import LeaseManager
@@ -83,6 +90,10 @@ class WriterSettings:
     segment_max_records: int = C.DEFAULT_SEGMENT_MAX_RECORDS
     segment_max_bytes: int = C.DEFAULT_SEGMENT_MAX_BYTES
     dedupe_window_ms: int = C.DEFAULT_DEDUPE_WINDOW_S * 1000
+    dedupe_limits: LookupLimits = field(default_factory=LookupLimits)
+    # The Kinesis stream (name or ARN) of the batches, when ``append`` is not told: the
+    # look-up lists its shards for lineage shard sync has not recorded yet.
+    stream: str | None = None
 
 
 @dataclass
@@ -97,6 +108,7 @@ class PreparedBatch:
     received: int
     redelivered: int = 0
     deduplicated: int = 0
+    resent_unchecked: int = 0  # resent records kept by a look-up its limits stopped
     written: int = 0
     adopted: int = 0
     added_bytes: int = 0
@@ -129,6 +141,7 @@ class AppendResult:
     ended: bool
     deduplicated: int = 0  # dropped: resent copies of records already in the log
     state_read: bool = True  # False: the state came from this writer's previous commit
+    resent_unchecked: int = 0  # resent records kept by a look-up its limits stopped
 
     @property
     def committed(self) -> int:
@@ -157,25 +170,39 @@ class LogWriter:
             lease_duration_ms=self.settings.lease_duration_ms,
         )
         self._remembered: dict[str, Remembered] = {}
+        self.lookup = DedupeLookup(
+            self.store, self.tables, Lineage(clients), self.settings.dedupe_limits
+        )
 
     def remembers(self, partition_id: str) -> bool:
         """This writer's next batch of the partition may skip the state read (step 2)."""
         return partition_id in self._remembered
 
     def append(
-        self, partition_id: str, records: Sequence[IncomingRecord], owner: str | None = None
+        self,
+        partition_id: str,
+        records: Sequence[IncomingRecord],
+        owner: str | None = None,
+        *,
+        stream: str | None = None,
     ) -> AppendResult:
-        """Append one batch (in Kinesis order) of shard ``partition_id``.
+        """Append one batch (in Kinesis order) of shard ``partition_id`` of ``stream`` (its
+        name or ARN; default ``settings.stream``).
 
         Returns only once every record is committed (or was already). Raises
         LeaseHeldError, LeaseLostError, CommitConflictError or CorruptLogError
         otherwise; then nothing of this batch counts as committed and the caller
         must fail the batch so it is delivered again.
         """
-        return self.commit(self.prepare(partition_id, records, owner))
+        return self.commit(self.prepare(partition_id, records, owner, stream=stream))
 
     def prepare(
-        self, partition_id: str, records: Sequence[IncomingRecord], owner: str | None = None
+        self,
+        partition_id: str,
+        records: Sequence[IncomingRecord],
+        owner: str | None = None,
+        *,
+        stream: str | None = None,
     ) -> PreparedBatch:
         """Steps 1-3: lease, head, segments in S3. Nothing is committed yet."""
         _check_ordered(partition_id, records)
@@ -190,11 +217,14 @@ class LogWriter:
         head = max(partition.next_seq, 0)
         checkpoint = lease.checkpoint
         after_checkpoint = _after(records, checkpoint)
-        pending = self._without_resent_copies(partition, after_checkpoint)
+        pending, unchecked = self._without_resent_copies(
+            partition, after_checkpoint, stream or self.settings.stream
+        )
         batch = PreparedBatch(partition, lease, head, head, checkpoint, len(records))
         batch.remembered = from_memory
         batch.redelivered = len(records) - len(after_checkpoint)
         batch.deduplicated = len(after_checkpoint) - len(pending)
+        batch.resent_unchecked = unchecked
         planned = deque(self._plan(pending))
         while planned:
             chunk = planned.popleft()
@@ -221,55 +251,32 @@ class LogWriter:
         return batch
 
     def _without_resent_copies(
-        self, partition: PartitionInfo, records: Sequence[IncomingRecord]
-    ) -> list[IncomingRecord]:
-        """``records`` without the resent copies of records already in the log (or earlier
-        in the batch) within the deduplication window."""
+        self, partition: PartitionInfo, records: Sequence[IncomingRecord], stream: str | None
+    ) -> tuple[list[IncomingRecord], int]:
+        """``records`` without the resent copies of records that reached the partition
+        (earlier records of the batch included) or an ancestor within the deduplication
+        window; and how many resent records were kept unchecked (the look-up's limits
+        stopped it before the window's start)."""
         resent = [r for r in records if r.resent and r.record_id is not None]
         if not resent:
-            return list(records)
-        since_ms = min(r.arrival_ms for r in resent) - self.settings.dedupe_window_ms
-        committed = self._record_ids_since(partition, since_ms)
+            return list(records), 0  # no look-up: the budget of 4 (3) requests holds
+        window_ms = self.settings.dedupe_window_ms
+        since_ms = min(r.arrival_ms for r in resent) - window_ms
+        found = self.lookup.record_ids_since(partition, since_ms, stream)
         kept: list[IncomingRecord] = []
-        seen: set[str] = set()
+        unchecked = 0
         for record in records:
             if record.record_id is not None:
-                window_start = record.arrival_ms - self.settings.dedupe_window_ms
-                known = record.record_id in seen or committed.get(record.record_id, -1) >= (
-                    window_start
-                )
-                if record.resent and known:
+                if record.resent and found.arrived_since(
+                    record.record_id, record.arrival_ms - window_ms
+                ):
                     continue
-                seen.add(record.record_id)
+                unchecked += record.resent and found.truncated
+                # Earlier in the batch counts as reached, within the same window: the
+                # decision must not depend on how Lambda cut the batches.
+                found.add(record.record_id, record.arrival_ms)
             kept.append(record)
-        return kept
-
-    def _record_ids_since(self, partition: PartitionInfo, since_ms: int) -> dict[str, int]:
-        """Record id -> arrival (ms) of the committed records of the partition, and of its
-        ancestors, that arrived at or after ``since_ms``: the log's tail, read backwards."""
-        ids: dict[str, int] = {}
-        frontier = [(partition.partition_id, max(partition.next_seq, 0), partition.parents)]
-        visited: set[str] = set()
-        while frontier:
-            partition_id, end, parents = frontier.pop()
-            if partition_id in visited:
-                continue
-            visited.add(partition_id)
-            while end > 0:
-                start = self.store.segment_start(partition_id, end - 1)
-                segment = self.store.fetch(partition_id, start)
-                for record in segment.records:
-                    if record.record_id is not None and record.arrival_ms >= since_ms:
-                        ids[record.record_id] = record.arrival_ms
-                if segment.records[0].arrival_ms < since_ms:
-                    break  # older than the window from here back
-                end = start
-            else:  # the whole partition is inside the window: its parents may be too
-                for parent_id in parents:
-                    parent = self.tables.get_partition(parent_id)
-                    if parent is not None:
-                        frontier.append((parent_id, parent.next_seq, parent.parents))
-        return ids
+        return kept, unchecked
 
     def _read_state(self, acquired: Lease) -> tuple[PartitionInfo, Lease]:
         """Step 2: the partition item and the lease item, as of one instant.
@@ -317,19 +324,18 @@ class LogWriter:
     def commit(self, batch: PreparedBatch) -> AppendResult:
         """Steps 4-5: head and checkpoint in one fenced transaction, then report."""
         ended = False
-        if batch.new_head == batch.head:
-            if batch.checkpoint != batch.lease.checkpoint:  # only dropped copies: pass them
-                assert batch.checkpoint is not None
-                update = self.leases.checkpoint_update(batch.lease, batch.checkpoint, release=True)
-                if not update_item(self.clients, update).written:
-                    raise LeaseLostError(
-                        C.INGEST_GROUP,
-                        batch.partition.partition_id,
-                        "checkpoint fenced by leaseCounter",
-                    )
-            else:
-                self.leases.release(batch.lease)
+        if (
+            batch.new_head == batch.head
+            and not batch.remembered
+            and not reaches_end(batch.partition, batch.checkpoint)
+        ):
+            self._pass_or_release(batch)
         else:
+            # New records; or nothing new but the end of a CLOSED shard reached (only
+            # dropped copies, or a redelivery after a commit that reached it while the
+            # partition read OPEN): the partition ends with the checkpoint, not at the next
+            # shard sync; or nothing new from remembered state, which may be stale on just
+            # that (shard sync closed the shard): the commit's still-OPEN condition finds it.
             self._commit(batch)
             ended = reaches_end(batch.partition, batch.checkpoint)
         self._remember(batch, ended)
@@ -345,7 +351,21 @@ class LogWriter:
             ended,
             batch.deduplicated,
             state_read=not batch.remembered,
+            resent_unchecked=batch.resent_unchecked,
         )
+
+    def _pass_or_release(self, batch: PreparedBatch) -> None:
+        """Nothing new, the shard not ending here: the checkpoint passes the copies dropped
+        (they need not be looked up again), or, with none, the lease is just released."""
+        if batch.checkpoint == batch.lease.checkpoint:
+            self.leases.release(batch.lease)
+            return
+        assert batch.checkpoint is not None
+        update = self.leases.checkpoint_update(batch.lease, batch.checkpoint, release=True)
+        if not update_item(self.clients, update).written:
+            raise LeaseLostError(
+                C.INGEST_GROUP, batch.partition.partition_id, "checkpoint fenced by leaseCounter"
+            )
 
     def _remember(self, batch: PreparedBatch, ended: bool) -> None:
         """Keep what this commit left, for the next batch of the partition (step 2)."""

@@ -63,6 +63,13 @@ def to_incoming(event: KinesisStreamEvent) -> tuple[str, list[IncomingRecord]]:
     return shard_id, incoming
 
 
+def stream_of(event: KinesisStreamEvent) -> str | None:
+    """The ARN of the stream the event's records come from (``eventSourceARN``): the
+    writer lists its shards when a resent record's partition has no lineage recorded yet."""
+    records = event.raw_event.get("Records") or []
+    return records[0].get("eventSourceARN") if records else None
+
+
 def check_lease_outlasts_invocation(lease_duration_ms: int, context: LambdaContext) -> None:
     """Refuse to write when this invocation may outlive the lease it is about to take.
 
@@ -92,13 +99,14 @@ def create_handler(
 
     def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         check_lease_outlasts_invocation(settings.lease_duration_ms, context)
-        shard_id, records = to_incoming(KinesisStreamEvent(event))
+        parsed = KinesisStreamEvent(event)
+        shard_id, records = to_incoming(parsed)
         if not records:
             return {"batchItemFailures": []}
         logger.append_keys(shard_id=shard_id)
         owner = f"ingest:{context.aws_request_id}"
         try:
-            result = writer.append(shard_id, records, owner=owner)
+            result = writer.append(shard_id, records, owner=owner, stream=stream_of(parsed))
         except LeaseHeldError as exc:
             logger.warning("ingest lease held elsewhere; batch will be retried", owner=exc.owner)
             metrics.add_metric(C.METRIC_LEASE_HELD, MetricUnit.Count, 1)
@@ -117,6 +125,13 @@ def create_handler(
         metrics.add_metric(C.METRIC_RECORDS_INGESTED, MetricUnit.Count, result.committed)
         metrics.add_metric(C.METRIC_RECORDS_REDELIVERED, MetricUnit.Count, result.redelivered)
         metrics.add_metric(C.METRIC_RECORDS_DEDUPLICATED, MetricUnit.Count, result.deduplicated)
+        if result.resent_unchecked:
+            logger.warning(
+                "the look-up of resent records stopped at its limits before the window's "
+                "start: resent records not found were kept",
+                kept=result.resent_unchecked,
+            )
+            metrics.add_metric(C.METRIC_RESENT_UNCHECKED, MetricUnit.Count, result.resent_unchecked)
         metrics.add_metric(C.METRIC_SEGMENTS_WRITTEN, MetricUnit.Count, result.segments_written)
         metrics.add_metric(C.METRIC_SEGMENTS_ADOPTED, MetricUnit.Count, result.segments_adopted)
         logger.info(

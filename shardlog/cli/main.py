@@ -479,8 +479,10 @@ def main() -> None:  # pragma: no cover - console entry
 
 
 from shardlog.cli.lake import lake as _lake_group  # noqa: E402 - after cli exists
+from shardlog.cli.smoke import smoke as _smoke  # noqa: E402 - after cli exists
 from shardlog.cli.spark import spark as _spark_group  # noqa: E402 - after cli exists
 
 cli.add_command(_spark_group)
 cli.add_command(_lake_group)
 cli.add_command(consume)
+cli.add_command(_smoke)

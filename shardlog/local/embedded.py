@@ -20,6 +20,7 @@ from shardlog.local import (
     cloudformation,
     conditional_writes,
     emr_serverless,
+    event_source_mappings,
     expressions,
     kinesis_fidelity,
     transactions,
@@ -46,6 +47,7 @@ class EmbeddedAWS:
         expressions.apply()  # update expressions parsed once, their sections counted once
         emr_serverless.apply()  # job runs execute with a local spark-submit
         cloudformation.apply()  # the stack's EMR application, Glue database, Athena workgroup
+        event_source_mappings.apply()  # mappings leave streams and queues to the local sources
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = KeepAliveMotoServer(self.host, self.port)
         self.port = self._server.start()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shardlog.local.deploy import Deployment
+from shardlog.stack import DeployedStack
 
 # Runs in a fresh interpreter started with -I -S: no site-packages, no PYTHONPATH, no user
 # site. The path is what Lambda gives a function: its code (/var/task), then the layer and
@@ -105,3 +106,25 @@ def run_shipped(
 def stdlib_paths() -> tuple[str, str]:
     paths = sysconfig.get_paths()
     return paths["stdlib"], paths["platstdlib"]
+
+
+def put_foreign_records(stack: DeployedStack) -> int:
+    """One record on each open shard of the deployed stream, as another producer's traffic
+    (JSON with a key no test uses): tests on the shared deployment must look past them."""
+    from shardlog.producer import Producer, ProducerRecord
+    from shardlog.shardsync import list_shards
+
+    config = stack.config()
+    clients = config.clients()
+    open_shards = [
+        s
+        for s in list_shards(clients.kinesis, config.stream_name)
+        if "EndingSequenceNumber" not in s["SequenceNumberRange"]
+    ]
+    data = json.dumps({"k": "another-producer", "n": 0}).encode()
+    records = [
+        ProducerRecord("another-producer", data, s["HashKeyRange"]["StartingHashKey"])
+        for s in open_shards
+    ]
+    Producer(config.stream_name, clients).put_records(records)
+    return len(records)

@@ -13,6 +13,7 @@ from infra.consumers import ConsumerGroups
 from infra.settings import StackSettings
 from infra.storage import Storage
 from shardlog import constants as C
+from shardlog.dedupe import LOOKUP_ACTIONS
 from tests.infra.cdk_synth import Synthesized, cdk_context, logical_id
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
@@ -135,6 +136,15 @@ def test_ingest_lists_only_the_log_to_find_resent_records(synth: Synthesized) ->
     (listing,) = [s for s in statements if "s3:ListBucket" in _as_list(s["Action"])]
     assert listing["Resource"] == bucket
     assert listing["Condition"] == {"StringLike": {"s3:prefix": [C.EVENTS_PREFIX + "*"]}}
+
+
+def test_ingest_role_grants_what_the_look_up_of_a_resent_record_does(
+    synth: Synthesized,
+) -> None:
+    """The look-up lists segments, reads them and the ancestors' items, and lists the
+    stream's shards for lineage shard sync has not recorded (shardlog/dedupe.py)."""
+    granted = set().union(*_grants(synth, synth.stack.ingest.ingest.role).values())
+    assert set(LOOKUP_ACTIONS) <= granted
 
 
 def test_shard_sync_role_grants(synth: Synthesized) -> None:

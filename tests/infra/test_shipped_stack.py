@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,38 +26,26 @@ from shardlog import constants as C
 from shardlog.config import ShardlogConfig
 from shardlog.consumer.creation import read_group
 from shardlog.local import cloudformation
-from shardlog.local.deploy import Deployment, deploy
-from shardlog.local.embedded import EmbeddedAWS, resource_specs
+from shardlog.local.deploy import Deployment
+from shardlog.local.embedded import resource_specs
 from shardlog.local.http_api import to_proxy_event
 from shardlog.stack import DeployedStack
 from tests.infra.cdk_synth import TEST_LAMBDA_CONSUMERS, Synthesized
 from tests.infra.shipped import run_shipped, shardlog_asset_dirs
 
-STACK = "Shipped"
 RESPONSES_BUCKET = "shipped-cloudformation-responses"
+# The deployment (tests/infra/conftest.py) is shared: the ingest event names a shard the
+# stream does not have, so its made-up sequence number never becomes the checkpoint of a
+# shard that other tests ingest from.
+SHARD = "shardId-000000000099"
 SEQUENCE = "49590338271490256608559692538361571095921575989136588898"
 TRACE_ID = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
 
 
 @pytest.fixture(scope="module")
-def config() -> Iterator[ShardlogConfig]:
-    """An embedded AWS of its own: the template names account-wide resources (the Glue
-    database, the Athena workgroup) that another test of the session may have created."""
-    embedded = EmbeddedAWS()
-    yield ShardlogConfig(endpoint_url=embedded.start())
-    embedded.stop()
-
-
-@pytest.fixture(scope="module")
-def deployment(synth: Synthesized, config: ShardlogConfig) -> Iterator[Deployment]:
-    name = f"{STACK}{uuid.uuid4().hex[:6]}"
-    yield deploy(config.clients(), synth.outdir, synth.stack.stack_name, as_name=name)
-
-
-@pytest.fixture(scope="module")
-def stack(deployment: Deployment, config: ShardlogConfig) -> DeployedStack:
-    cfn = config.clients().client("cloudformation")
-    return DeployedStack.describe(cfn, deployment.stack_name)
+def config(stack: DeployedStack) -> ShardlogConfig:
+    """The deployed stack's embedded AWS and region (tests/infra/conftest.py)."""
+    return ShardlogConfig(endpoint_url=stack.endpoint_url, region=stack.region)
 
 
 def test_the_stack_deploys_and_every_skipped_type_is_explained(
@@ -175,7 +161,7 @@ def _events(stack: DeployedStack) -> dict[str, dict[str, Any]]:
         IC.INGEST_HANDLER: {
             "Records": [
                 {
-                    "eventID": f"shardId-000000000000:{SEQUENCE}",
+                    "eventID": f"{SHARD}:{SEQUENCE}",
                     "eventSource": "aws:kinesis",
                     "kinesis": {
                         "partitionKey": "shipped",
@@ -226,7 +212,10 @@ def test_every_function_runs_from_its_asset_alone(
 ) -> None:
     runtime = runtime_site()
     events = _events(stack)
-    config.clients().s3.create_bucket(Bucket=RESPONSES_BUCKET)  # CloudFormation's pre-signed URL
+    where = {} if config.region == "us-east-1" else {"LocationConstraint": config.region}
+    config.clients().s3.create_bucket(  # where CloudFormation's pre-signed ResponseURL points
+        Bucket=RESPONSES_BUCKET, **({"CreateBucketConfiguration": where} if where else {})
+    )
     lam = config.clients().client("lambda")
     ran: dict[str, Any] = {}
     for logical_id, asset in shardlog_asset_dirs(deployment, synth.outdir).items():

@@ -7,12 +7,17 @@ import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from lambdas.ingest.handler import create_handler
+from lambdas.ingest.settings import IngestSettings
 from shardlog import constants as C
+from shardlog.aws import RequestCounter
 from shardlog.clock import Clock, ManualClock
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
 from shardlog.format import IncomingRecord, LogRecord
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.local.poller import EventSourcePoller, EventSourceSettings
 from shardlog.tables import partition_key
 from shardlog.writer import LogWriter, WriterSettings
 from tests.support.aws import AwsEnv
@@ -66,13 +71,46 @@ def kinesis_seqs(records: Sequence[IncomingRecord | LogRecord]) -> list[str]:
     return [r.kinesis_sequence_number for r in records]
 
 
-def writer_for(aws: AwsEnv, clock: Clock | None = None, **settings: int) -> LogWriter:
-    """A writer with its own clients (another 'process'), on the test's resources."""
+def writer_for(aws: AwsEnv, clock: Clock | None = None, **settings: Any) -> LogWriter:
+    """A writer with its own clients (another 'process'), on the test's resources (its
+    stream too: the look-up of resent records lists its shards for unrecorded lineage)."""
+    settings.setdefault("stream", aws.config.stream_name)
     return LogWriter(
         aws.fresh_clients(),
         WriterSettings(bucket=aws.config.bucket, tables=aws.config.tables, **settings),
         clock=clock,
     )
+
+
+class ModelWriters:
+    """The writers of a model-based test, on its clients (where its fault hooks sit) and
+    clock: container 0 is a fresh writer every time (a cold Lambda container); container
+    ``c`` > 0 is a warm one that keeps its writer between batches, cutting segments of
+    ``c + 1`` records."""
+
+    def __init__(self, aws: AwsEnv, clock: Clock, lease_duration_ms: int, **settings: Any):
+        self.aws, self.clock = aws, clock
+        self.settings = {"lease_duration_ms": lease_duration_ms, **settings}
+        self.warm: dict[int, LogWriter] = {}
+
+    def writer(self, container: int = 0, segment_max_records: int = 3) -> LogWriter:
+        if container == 0:
+            return self.new(segment_max_records)
+        if container not in self.warm:
+            self.warm[container] = self.new(container + 1)
+        return self.warm[container]
+
+    def new(self, segment_max_records: int) -> LogWriter:
+        return LogWriter(
+            self.aws.clients,
+            WriterSettings(
+                bucket=self.aws.config.bucket,
+                tables=self.aws.config.tables,
+                segment_max_records=segment_max_records,
+                **self.settings,
+            ),
+            clock=self.clock,
+        )
 
 
 # --- partitions --------------------------------------------------------------------------
@@ -137,6 +175,31 @@ def append(
         ),
         clock=clock,
     ).append(partition_id, records)
+
+
+def ingest_with_handler(aws: AwsEnv, clock: ManualClock, polls: int = 30) -> RequestCounter:
+    """The ingest handler on the stream's records through the local event source (parents
+    read to their end first, no batching window), ``polls`` rounds, every invocation a
+    success; the requests the handler made (the event source's own are not counted)."""
+    settings = IngestSettings(
+        bucket=aws.config.bucket,
+        partitions_table=aws.config.partitions_table,
+        consumers_table=aws.config.consumers_table,
+    )
+    handler_clients = aws.fresh_clients()
+    requests = RequestCounter().attach(handler_clients)
+    poller = EventSourcePoller(
+        aws.fresh_clients(),
+        aws.config.stream_name,
+        create_handler(settings, handler_clients, clock),
+        settings=EventSourceSettings(batching_window_ms=0),
+        clock=clock,
+    )
+    for _ in range(polls):
+        poller.poll_once()
+    assert poller.is_idle(), "records left undelivered"
+    assert poller.stats.failures == 0, "an ingest invocation failed"
+    return requests
 
 
 # --- consumer workers --------------------------------------------------------------------

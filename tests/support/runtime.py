@@ -53,5 +53,5 @@ def produce_across_split_and_merge(
         producer.put_records(batch)
         between()
         if step:
-            reshard(runtime, step)
+            reshard(runtime.clients.kinesis, runtime.config.stream_name, step)
     return counts

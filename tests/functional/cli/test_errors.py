@@ -99,7 +99,13 @@ def no_credentials(tmp_path: Path) -> dict[str, str | None]:
 
 @pytest.mark.parametrize(
     "command",
-    [["status"], ["sync"], ["read", "--partition", "shardId-000000000000"], ["spark", "summary"]],
+    [
+        ["status"],
+        ["sync"],
+        ["read", "--partition", "shardId-000000000000"],
+        ["spark", "summary"],
+        ["smoke"],
+    ],
 )
 def test_missing_credentials(no_credentials: dict[str, str | None], command: list[str]) -> None:
     line = one_line_error(shardlog(*command, env=no_credentials))
@@ -116,7 +122,14 @@ def test_endpoint_down() -> None:
     assert "--endpoint-url" in line and "shardlog local up" in line
 
 
-# --- missing stream, table, bucket --------------------------------------------------------------
+# --- missing stream, table, bucket, stack -------------------------------------------------------
+def test_missing_stack(endpoint_url: str) -> None:
+    name = fresh("NoSuchStack")
+    line = one_line_error(shardlog("smoke", "--endpoint-url", endpoint_url, "--stack-name", name))
+    assert f"no stack {name!r} in us-east-1 at {endpoint_url}" in line
+    assert "--stack-name" in line and C.ENV_STACK_NAME in line
+
+
 def test_missing_stream(aws: AwsEnv) -> None:
     stream = fresh("no-such-stream")
     line = one_line_error(shardlog(*on(aws, stream=stream), "sync", env=tables(aws)))

@@ -95,3 +95,43 @@ def test_reading_n_segments_costs_one_listing_and_n_gets(store: SegmentStore, aw
     counts = aws.requests.snapshot()
     assert counts["s3.GetObject"] == 6
     assert counts["s3.ListObjectsV2"] == 1
+
+
+def put_keys(aws: AwsEnv, starts: list[int]) -> None:
+    """Objects at these segment keys: the backward listing reads keys and sizes only."""
+    for start in starts:
+        key = segment_key(P, start)
+        aws.clients.s3.put_object(Bucket=aws.config.bucket, Key=key, Body=b"x" * (start % 7 + 1))
+
+
+@pytest.mark.parametrize(
+    ("starts", "head", "max_lists"),
+    [
+        # big segments (10,000 seqs each): rounds grow from 1,000 seqs, 64-fold at most
+        ([10_000 * i for i in range(100)], 1_000_000, 3),
+        # one seq per segment: each round is one page of at most 1,000 keys
+        (list(range(1_200)), 1_200, 2),
+        # dense old segments under sparse new ones: a page that fills before its range's
+        # end is listed again over its upper half, never paged through to the end
+        ([*range(1_200), *range(2_000, 112_000, 10_000)], 112_000, 12),
+    ],
+    ids=["sparse", "dense", "denser-below"],
+)
+def test_the_backward_listing_lists_newest_first_in_pages(
+    store: SegmentStore, aws: AwsEnv, starts: list[int], head: int, max_lists: int
+) -> None:
+    put_keys(aws, [*starts, head, head + 5])  # and two uncommitted leftovers at the head
+    listing = store.listing_back(P, head, max_lists=50)
+    listed = list(listing)
+    assert [s.start for s in listed] == sorted(starts, reverse=True)
+    assert [s.size for s in listed] == [s % 7 + 1 for s in sorted(starts, reverse=True)]
+    assert 1 <= listing.lists <= max_lists and not listing.truncated
+
+
+def test_the_backward_listing_stops_at_its_request_limit(store: SegmentStore, aws: AwsEnv) -> None:
+    put_keys(aws, list(range(1_200)))
+    listing = store.listing_back(P, 1_200, max_lists=1)
+    assert [s.start for s in listing] == list(range(1_199, 199, -1))  # one page: 1,000 keys
+    assert (listing.lists, listing.truncated) == (1, True)
+    empty = store.listing_back(P, 0, max_lists=1)
+    assert (list(empty), empty.lists, empty.truncated) == ([], 0, False)

@@ -45,9 +45,9 @@ from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.partitions import close
 from shardlog.reader import LogReader
 from shardlog.tables import Tables, cancelled_items
-from shardlog.writer import AppendResult, LogWriter, PreparedBatch, WriterSettings
+from shardlog.writer import AppendResult, LogWriter, PreparedBatch
 from tests.support.aws import AwsEnv, make_env
-from tests.support.factories import register_partition
+from tests.support.factories import ModelWriters, register_partition
 from tests.support.schedules import ANSWER_LOST, THROTTLED, CallFault, Pause, Tally
 
 KEYS = [f"k{i}" for i in range(6)]
@@ -102,7 +102,7 @@ class WritePathMachine(RuleBasedStateMachine):
         self.checked: dict[str, int] = {}  # per shard: the committed head already verified
         self.pause = Pause(self.aws.clients)
         self.fault = CallFault(self.aws.clients)
-        self.containers: dict[int, LogWriter] = {}
+        self.writers = ModelWriters(self.aws, self.clock, LEASE_MS)
         self.tables = Tables(self.aws.clients, self.aws.config.tables)
         register_partition(self.aws, "p0")  # shard sync's part: lineage recorded
         TALLY.add("schedules")
@@ -110,23 +110,7 @@ class WritePathMachine(RuleBasedStateMachine):
     def writer(self, segment_max_records: int = 3, container: int = 0) -> LogWriter:
         """A fresh writer (container 0), or the one a warm container keeps between batches
         (its settings are its own: container ``c`` cuts segments of ``c + 1`` records)."""
-        if container == 0:
-            return self.new_writer(segment_max_records)
-        if container not in self.containers:
-            self.containers[container] = self.new_writer(container + 1)
-        return self.containers[container]
-
-    def new_writer(self, segment_max_records: int) -> LogWriter:
-        return LogWriter(
-            self.aws.clients,
-            WriterSettings(
-                bucket=self.aws.config.bucket,
-                tables=self.aws.config.tables,
-                lease_duration_ms=LEASE_MS,
-                segment_max_records=segment_max_records,
-            ),
-            clock=self.clock,
-        )
+        return self.writers.writer(container, segment_max_records)
 
     def open_shard_for(self, key: str) -> ModelShard:
         return next(s for s in self.shards.values() if not s.closed and key in s.keys)

@@ -145,7 +145,7 @@ def _produce(runtime: Any) -> None:
         api.put_records(resent)  # the answer was "lost": sent again, flagged as resent
         _wait_ingested(runtime)
         if step:
-            reshard(runtime, step)
+            reshard(runtime.clients.kinesis, runtime.config.stream_name, step)
     producer.put_records([ProducerRecord(keys[0], POISON)])
 
 
