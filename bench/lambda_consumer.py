@@ -31,6 +31,7 @@ from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
 from shardlog.format import IncomingRecord, LogRecord
 from shardlog.lambda_consumer.invoke import LocalInvoker
+from shardlog.lambda_consumer.registration import register
 from shardlog.lambda_consumer.runner import Runner
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
 from shardlog.lambda_consumer.wake import WakeSender, wake_queue_name
@@ -113,6 +114,14 @@ def runner_for(
         consumers_table=config.consumers_table,
         wake_queue_url=url,
         event_source_arn="arn:aws:kinesis:us-east-1:123456789012:stream/bench",
+    )
+    register(  # what deploy does, not counted as the runner's requests
+        clients,
+        "bench",
+        settings.consumer.start_position(),
+        bucket=config.bucket,
+        names=config.tables,
+        now_ms=SystemClock().now_ms(),
     )
     requests = RequestCounter().attach(clients)
     invoker = LocalInvoker(counter.function, "count", clients.region)

@@ -83,6 +83,7 @@ SHARD_SYNC_HANDLER: Final = "lambdas.shard_sync.handler.handler"
 PRODUCER_API_HANDLER: Final = "lambdas.producer_api.handler.handler"
 LAMBDA_CONSUMER_HANDLER: Final = "lambdas.lambda_consumer.handler.handler"
 CONSUMER_WAKER_HANDLER: Final = "lambdas.consumer_waker.handler.handler"
+GROUP_REGISTRATION_HANDLER: Final = "lambdas.group_registration.handler.handler"
 
 # The official public Powertools layer, pinned. The V3 layers are built with
 # `aws-lambda-powertools[all]` (powertools-lambda-python: layer_v3/layer/layer_stack.py uses

@@ -4,6 +4,9 @@ Shared by every group (``LambdaConsumers``):
 
 - the **waker**: a Lambda fed by the partitions table's stream (a head moved, a partition
   ENDED) and, every minute, by a **sweep** schedule; it sends wakes to each group's queue;
+- the **registration**: a Lambda behind one CloudFormation custom resource per group
+  (``Custom::ShardlogConsumerGroup``) that creates the group at deploy, its start position
+  fixed per partition, before the group's wake queue feeds its runner;
 
 Per group (``LambdaConsumerGroup``, usable on its own in any CDK app):
 
@@ -26,7 +29,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -37,6 +40,7 @@ from constructs import Construct
 from infra import constants as IC
 from infra.functions import FunctionSpec, ShardlogFunction
 from infra.storage import Storage, failure_queue, name_in_key_policy, own_items
+from lambdas.group_registration.settings import RESOURCE_TYPE, group_properties
 from shardlog import constants as C
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
 
@@ -53,6 +57,11 @@ STREAM_READ_ACTIONS = [
 RUNNER_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
 # Its group's leases: create (PutItem), take/renew/checkpoint/release (UpdateItem), read.
 RUNNER_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
+# Registration: the partitions and their heads (one consistent Scan); the group's "$group"
+# and lease items: read, created (PutItem, conditional: never overwritten); segments, for
+# AT_TIMESTAMP's first record at or after the timestamp.
+REGISTRATION_PARTITIONS_ACTIONS = ["dynamodb:Scan"]
+REGISTRATION_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem"]
 # The SQS event source mapping's actions on the wake queue (Lambda's documented three), plus
 # sending (rewake, children). A failed wake is left to reappear: no ChangeMessageVisibility.
 WAKE_QUEUE_ACTIONS = [
@@ -104,6 +113,7 @@ class LambdaConsumerGroup(Construct):
         self.runner = self._runner(code, log_retention_days)
         self._grant(props.function)
         self.event_source = self._event_source()
+        self.registration: CustomResource | None = None  # LambdaConsumers.register
 
     # --- resources -------------------------------------------------------------------------
     def _queue(self, construct_id: str, *, dead_letter_of: sqs.IQueue | None) -> sqs.Queue:
@@ -166,16 +176,8 @@ class LambdaConsumerGroup(Construct):
 
     def _grant(self, function: lambda_.IFunction | None) -> None:
         storage, role = self.storage, self.runner.role
-        events_prefix = f"{C.EVENTS_PREFIX}*"
         statements = [
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[storage.bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [events_prefix]}},
-            ),
-            iam.PolicyStatement(
-                actions=["s3:GetObject"], resources=[storage.bucket.arn_for_objects(events_prefix)]
-            ),
+            *read_segments(storage),
             iam.PolicyStatement(
                 actions=RUNNER_PARTITIONS_ACTIONS, resources=[storage.partitions_table.table_arn]
             ),
@@ -222,6 +224,20 @@ class LambdaConsumerGroup(Construct):
             )
         ]
 
+    def register(self, registration: ShardlogFunction) -> CustomResource:
+        """The group's creation at deploy, before its runner is fed any wake."""
+        resource = CustomResource(
+            self,
+            "Registration",
+            service_token=registration.function.function_arn,
+            resource_type=RESOURCE_TYPE,
+            properties=group_properties(self.settings),
+        )
+        resource.node.add_dependency(registration.role)  # its grants, before it runs
+        self.event_source.node.add_dependency(resource)
+        self.registration = resource
+        return resource
+
     def _event_source(self) -> lambda_.EventSourceMapping:
         mapping = lambda_.EventSourceMapping(
             self,
@@ -233,6 +249,21 @@ class LambdaConsumerGroup(Construct):
         )
         after_role_policy(mapping, self.runner.role)
         return mapping
+
+
+def read_segments(storage: Storage) -> list[iam.PolicyStatement]:
+    """List and read the log's committed segments (events/ only)."""
+    events_prefix = f"{C.EVENTS_PREFIX}*"
+    return [
+        iam.PolicyStatement(
+            actions=["s3:ListBucket"],
+            resources=[storage.bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [events_prefix]}},
+        ),
+        iam.PolicyStatement(
+            actions=["s3:GetObject"], resources=[storage.bucket.arn_for_objects(events_prefix)]
+        ),
+    ]
 
 
 def after_role_policy(mapping: lambda_.EventSourceMapping, role: iam.IRole) -> None:
@@ -269,10 +300,43 @@ class LambdaConsumers(Construct):
             for g in groups
         }
         self.waker: ShardlogFunction | None = None
+        self.registration: ShardlogFunction | None = None
         if self.groups:
+            self.registration = self._registration(code, log_retention_days)
+            for group in self.groups.values():
+                group.register(self.registration)
             self.waker = self._waker(code, log_retention_days)
             self.stream_source = self._stream_source()
             self.sweep = self._sweep()
+
+    def _registration(self, code: lambda_.Code, log_retention_days: int) -> ShardlogFunction:
+        storage = self.storage
+        spec = FunctionSpec(
+            handler=IC.GROUP_REGISTRATION_HANDLER,
+            description="Creates Lambda consumer groups at deploy: start positions fixed then",
+            timeout_s=300,
+            environment={
+                C.ENV_BUCKET_NAME: storage.bucket.bucket_name,
+                C.ENV_PARTITIONS_TABLE: storage.partitions_table.table_name,
+                C.ENV_CONSUMERS_TABLE: storage.consumers_table.table_name,
+            },
+        )
+        fn = ShardlogFunction(
+            self, "Registration", spec=spec, code=code, log_retention_days=log_retention_days
+        )
+        statements = [
+            iam.PolicyStatement(
+                actions=REGISTRATION_PARTITIONS_ACTIONS,
+                resources=[storage.partitions_table.table_arn],
+            ),
+            *read_segments(storage),
+            iam.PolicyStatement(actions=KMS_DATA_ACTIONS, resources=[storage.key.key_arn]),
+        ]
+        for statement in statements:
+            fn.role.add_to_principal_policy(statement)
+        storage.grant_consumer_items(fn.role, REGISTRATION_CONSUMERS_ACTIONS, *self.groups)
+        name_in_key_policy(storage.key, fn.role, KMS_DATA_ACTIONS, ["dynamodb", "s3"])
+        return fn
 
     def _waker(self, code: lambda_.Code, log_retention_days: int) -> ShardlogFunction:
         storage = self.storage

@@ -164,6 +164,16 @@ def _lambda_consumers(stack: ShardlogStack) -> None:
     consumers = stack.lambda_consumers
     if consumers.waker is not None:
         _lambda_function(consumers.waker)
+    if consumers.registration is not None:
+        _lambda_function(consumers.registration)
+        _suppress(
+            consumers.registration.role,
+            "AwsSolutions-IAM5",
+            "Registration finds an AT_TIMESTAMP group's first record in committed segments, "
+            "whose keys it computes (events/<partition>/<seq>): GetObject only, scoped to the "
+            "log's prefix.",
+            _objects(stack.storage.bucket, C.EVENTS_PREFIX),
+        )
     for group in consumers.groups.values():
         _lambda_function(group.runner)
         _suppress(

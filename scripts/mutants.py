@@ -43,6 +43,12 @@ CONSUMER = ("tests/functional/consumer", "tests/unit")
 LAMBDA_CONSUMER = ("tests/functional/lambda_consumer",)
 SPARK = ("tests/spark",)
 WRITER_MODEL = ("tests/functional/ingest/test_writer_model.py",)
+START_POSITIONS = (
+    "tests/functional/consumer/test_positions.py",
+    "tests/functional/lambda_consumer/test_start_positions.py",
+    "tests/functional/lambda_consumer/test_registration.py",
+)
+START_MODEL = ("tests/functional/consumer/test_start_model.py",)
 # The IAM replay: the synthesized policies against every recorded call of the workload.
 IAM_REPLAY = ("tests/infra/test_iam_replay.py",)
 LAKE_MODEL = ("tests/functional/lake/test_model.py",)
@@ -379,6 +385,40 @@ MUTATIONS = (
         "if (count, low, high) != (plan.records, plan.start, plan.end - 1):",
         "if count < 0:",
         ("tests/unit/test_compaction_file_check.py", *SPARK),
+    ),
+    Mutation(
+        "group-position-at-creation",
+        "a group's lease items created at the start positions fixed when it was created",
+        "shardlog/consumer/creation.py",
+        "checkpoint=record.position(partition.partition_id),",
+        "checkpoint=None,",
+        START_POSITIONS,
+        START_MODEL,
+    ),
+    Mutation(
+        "latest-closed-at-creation",
+        "LATEST: a partition closed when the group is created has nothing for it",
+        "shardlog/consumer/creation.py",
+        "if start.kind is InitialPosition.LATEST and partition.state != PartitionState.OPEN:",
+        "if False:",
+        START_POSITIONS,
+        START_MODEL,
+    ),
+    Mutation(
+        "done-at-creation-after-parents",
+        "a partition done at creation is SHARD_END only once its parents are too",
+        "shardlog/consumer/creation.py",
+        "if done and parents_done:",
+        "if done:",
+        START_POSITIONS,
+    ),
+    Mutation(
+        "give-up-fenced-first",
+        "a Lambda group's give-up written (fenced) before its on-failure record is sent",
+        "shardlog/lambda_consumer/runner.py",
+        "        self._record_give_up(pending)\n",
+        "",
+        ("tests/functional/lambda_consumer/test_runner_faults.py",),
     ),
     Mutation(
         "multilang-line-cap",

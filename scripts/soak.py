@@ -103,6 +103,13 @@ MACHINES = {
             "racing compactions, maintenance racing a compaction, another engine's "
             "snapshots, crashes at each step of compaction and maintenance",
         ),
+        Machine(
+            "start-positions",
+            "tests.functional.consumer.test_start_model",
+            "StartPositionModel",
+            "worker and Lambda groups created before, during and after a split and a merge, at "
+            "every start position; ingest lag (closed partitions still receiving), lost wakes",
+        ),
     )
 }
 

@@ -253,18 +253,29 @@ class LeaseManager:
             values[":expires"] = n(now_ms + self.lease_duration_ms)
         return self._update(lease, tuple(sets), tuple(removes), values).fenced(lease)
 
-    def ensure(self, group: str, partition_id: str, parents: tuple[str, ...] = ()) -> None:
-        """Create the lease item if it is missing (no owner, counter 0)."""
+    def ensure(
+        self,
+        group: str,
+        partition_id: str,
+        parents: tuple[str, ...] = (),
+        *,
+        checkpoint: str | None = None,
+    ) -> None:
+        """Create the lease item if it is missing (no owner, counter 0), at ``checkpoint``
+        (a group's start position, shardlog/consumer/creation.py) or with none (seq 0)."""
+        item = {
+            **consumer_key(group, partition_id),
+            C.ATTR_LEASE_COUNTER: n(0),
+            C.ATTR_LEASE_EXPIRES_AT: n(0),
+            C.ATTR_OWNER_SWITCHES: n(0),
+            C.ATTR_PARENT_PARTITION_IDS: {"L": [s(p) for p in parents]},
+        }
+        if checkpoint is not None:
+            item[C.ATTR_CHECKPOINT] = s(checkpoint)
         try:
             self.clients.dynamodb.put_item(
                 TableName=self.table_name,
-                Item={
-                    **consumer_key(group, partition_id),
-                    C.ATTR_LEASE_COUNTER: n(0),
-                    C.ATTR_LEASE_EXPIRES_AT: n(0),
-                    C.ATTR_OWNER_SWITCHES: n(0),
-                    C.ATTR_PARENT_PARTITION_IDS: {"L": [s(p) for p in parents]},
-                },
+                Item=item,
                 ConditionExpression="attribute_not_exists(#g)",
                 ExpressionAttributeNames={"#g": C.ATTR_CONSUMER_GROUP},
             )

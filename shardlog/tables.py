@@ -236,6 +236,7 @@ PLACEHOLDERS: Final = {
     "#rend": C.ATTR_RETRY_END,
     "#rsize": C.ATTR_RETRY_SIZE,
     "#rattempts": C.ATTR_RETRY_ATTEMPTS,
+    "#pf": C.ATTR_PENDING_FAILURE,
     "#transferBy": ATTR_TRANSFER_REQUESTED_BY,
     "#transferAt": ATTR_TRANSFER_REQUESTED_AT,
 }

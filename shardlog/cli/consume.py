@@ -105,7 +105,9 @@ def _ms_option(name: str, default: int, help_text: str) -> Any:
     type=click.Choice([p.value for p in InitialPosition]),
     default=InitialPosition.TRIM_HORIZON.value,
     show_default=True,
-    help="Where partitions without a checkpoint start, when the group is new.",
+    help="Where the group starts, fixed per partition when the group is created (by its "
+    "first worker); an existing group keeps its own. Partitions that appear later start "
+    "at their first record.",
 )
 @click.option("--at-timestamp", help="For AT_TIMESTAMP: epoch ms, or ISO 8601 with a timezone.")
 @click.option(

@@ -174,6 +174,7 @@ def local() -> None:
     callback=lambda _ctx, _param, specs: _lambda_groups(specs),
     help="Run a Lambda consumer group in-process: FUNCTION(event, context) of MODULE "
     "(importable from the current directory) gets the group's batches as Kinesis events. "
+    "The group is registered (created at its start position) before anything runs. "
     "Repeatable.",
 )
 @click.pass_context

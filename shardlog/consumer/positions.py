@@ -73,11 +73,14 @@ class StartPosition:
         return str(self.kind)
 
 
-def resolve_start(reader: LogReader, partition_id: str, position: StartPosition) -> int:
-    """The first seq to read in a partition that has no checkpoint, as of now."""
+def resolve_start(
+    reader: LogReader, partition_id: str, position: StartPosition, *, head: int | None = None
+) -> int:
+    """The first seq to read in a partition that has no checkpoint, as of now (``head``: the
+    partition's head, when the caller has just read it)."""
     if position.kind is InitialPosition.TRIM_HORIZON:
         return 0
-    head = reader.head(partition_id)
+    head = reader.head(partition_id) if head is None else head
     if position.kind is InitialPosition.LATEST:
         return head
     if position.kind is InitialPosition.AT_SEQUENCE:

@@ -36,20 +36,19 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer.checkpointer import LeaseHolder
 from shardlog.consumer.coordinator import TakePlan, eligible_leases, plan_takes
+from shardlog.consumer.creation import WORKERS, GroupCreator, GroupRecord, read_group
 from shardlog.consumer.exceptions import CheckpointLeaseLostError
 from shardlog.consumer.partition import Outcome, PartitionConsumer, State, StepResult
-from shardlog.consumer.positions import InitialPosition, resolve_start
 from shardlog.consumer.processor import ProcessorFactory, processor_factory
 from shardlog.consumer.settings import ConsumerSettings, validate_group
 from shardlog.exceptions import LeaseLostError
 from shardlog.lease import LeaseManager
-from shardlog.partitions import PartitionState, lineage_known, lineage_order
+from shardlog.partitions import lineage_known
 from shardlog.reader import LogReader
 from shardlog.tables import Lease, PartitionInfo, Tables
 
@@ -114,6 +113,8 @@ class Worker:
         # (a segment can reach 16 MiB).
         self.reader = LogReader(self.clients, self.config.bucket, self.config.tables, prefetch=2)
         self.factory = factory or processor_factory(processor)
+        self._creator = GroupCreator(self.clients, self.tables, self.reader, self.leases)
+        self._group: GroupRecord | None = None
         self.stats = WorkerStats()
         self._consumers: dict[str, PartitionConsumer] = {}
         self._running: dict[str, Future[StepResult]] = {}
@@ -271,12 +272,10 @@ class Worker:
         leases = self.tables.list_leases(self.group)
         known = {lease.partition_id for lease in leases}
         # Lease items copy parentPartitionIds: create them once shard sync recorded lineage.
+        group = self._group_record(leases)
         missing = [p for pid, p in partitions.items() if pid not in known and lineage_known(p)]
         if missing:
-            for partition in missing:
-                self.leases.ensure(self.group, partition.partition_id, partition.parents)
-            if not leases and self.settings.start_position.kind is not InitialPosition.TRIM_HORIZON:
-                self._position_new_group(partitions)
+            self._creator.ensure_leases(group, missing)
             leases = self.tables.list_leases(self.group)
         for lease in leases:  # a listed owner other than us: taken, whatever our copy says
             consumer = self._consumers.get(lease.partition_id)
@@ -454,54 +453,36 @@ class Worker:
         self._consumers[lease.partition_id] = consumer
 
     def _start_seq(self, holder: LeaseHolder, partition: PartitionInfo | None) -> int:
-        lease = holder.lease
-        if lease.checkpoint is not None:
-            return int(lease.checkpoint)
-        if partition is not None and partition.parents:
-            return 0  # its parents were consumed to their end by this group: start at its start
-        start = resolve_start(self.reader, lease.partition_id, self.settings.start_position)
-        if start:
-            holder.checkpoint(str(start), None)  # durable, so a takeover resumes here too
-        return start
+        """The checkpoint, else 0: a partition the group had at its creation got its start
+        position then (shardlog/consumer/creation.py); one without appeared later."""
+        checkpoint = holder.lease.checkpoint
+        return int(checkpoint) if checkpoint is not None else 0
 
-    def _position_new_group(self, partitions: Mapping[str, PartitionInfo]) -> None:
-        """A new group: write each partition's start position (LATEST, AT_*) into its lease.
-
-        Parents first; an ENDED partition entirely before the position becomes SHARD_END
-        only when its parents did too, so children never start ahead of an ancestor.
-        """
-        listed = {lease.partition_id: lease for lease in self.tables.list_leases(self.group)}
-        written: dict[str, str] = {}
-        for partition in lineage_order(partitions.values()):
-            lease = listed.get(partition.partition_id)
-            if lease is None or lease.counter != 0 or lease.checkpoint is not None:
-                continue
-            try:
-                taken = self.leases.take(lease, self.worker_id)
-            except LeaseLostError:
-                continue  # another new worker is positioning it
-            try:
-                start = resolve_start(
-                    self.reader, partition.partition_id, self.settings.start_position
-                )
-                parents_ended = all(
-                    written.get(p) == C.SHARD_END for p in partition.parents if p in partitions
-                )
-                value = str(start)
-                if partition.state == PartitionState.ENDED and start >= partition.next_seq:
-                    value = C.SHARD_END if parents_ended else str(partition.next_seq)
-                if value != "0":
-                    taken = self.leases.checkpoint(taken, value)
-                written[partition.partition_id] = value
-            finally:
-                self.leases.release(taken)
-        logger.info(
-            "%s: new group %s positioned at %s: %s",
-            self.worker_id,
-            self.group,
-            self.settings.start_position.describe(),
-            ", ".join(f"{p}={v}" for p, v in sorted(written.items())),
-        )
+    def _group_record(self, leases: list[Lease]) -> GroupRecord:
+        """The group's creation record (read once): created now when the group is new."""
+        if self._group is not None:
+            return self._group
+        record = read_group(self.clients, self.config.consumers_table, self.group)
+        if record is None and leases:  # a group from before creation records: as it is
+            record = GroupRecord(self.group, WORKERS, 0, "", positioned=False)
+        if record is None:
+            record = self._creator.create(
+                self.group,
+                WORKERS,
+                self.settings.start_position,
+                self.clock.now_ms(),
+                strict=False,
+            )
+        if record.start and record.start != self.settings.start_position.describe():
+            logger.info(
+                "%s: group %s was created at %s; this worker's start position %s is not used",
+                self.worker_id,
+                self.group,
+                record.start,
+                self.settings.start_position.describe(),
+            )
+        self._group = record
+        return record
 
     def _close_pool(self) -> None:
         self._closed = True

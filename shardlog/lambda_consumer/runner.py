@@ -8,9 +8,10 @@ Protocol (every write fenced on the group's ``leaseCounter``, as for worker grou
 2. **Lease.** ``acquire`` the group's lease on the partition (owner ``lambda:<request
    id>``). Held by a live runner: another wake is at work; it re-checks the head after
    releasing, so nothing is lost. The lease outlasts one invocation plus a checkpoint.
-3. **Position.** The checkpoint (the next seq to deliver), or for a partition without
-   one, the group's start position (TRIM_HORIZON, or the first record that arrived at or
-   after LATEST's / AT_TIMESTAMP's instant), written before anything is invoked. A batch
+3. **Position.** The checkpoint (the next seq to deliver). The group's start position was
+   fixed per partition when the group was registered (shardlog/consumer/creation.py, at
+   deploy or `shardlog local up`; an unregistered group reads nothing); a partition that
+   appeared later starts at seq 0, written before anything is invoked. A batch
    being retried (``retryStartSeq``, ``retryEndSeq``, ``retryBatchSize``, ``retryAttempts``
    on the lease item)
    is taken up again where a previous runner left it.
@@ -27,6 +28,9 @@ Protocol (every write fenced on the group's ``leaseCounter``, as for worker grou
      are then delivered in sub-batches of the current size until they are all through;
    - attempts past ``maximum_retry_attempts`` (unless -1): the sub-batch goes to the
      on-failure destination as one failed-batch record, the checkpoint moves past it.
+     The give-up is written first (``pendingOnFailure``, fenced), then the record is sent,
+     then the checkpoint clears it: a runner that lost its lease is refused before it
+     sends anything, and a runner that finds a give-up pending sends it (uninvoked).
 
    The retry state is written (fenced) before each retry, so a runner restart resumes it.
    Before each invocation the runner checks it can finish one more (the function's
@@ -44,7 +48,7 @@ be delivered twice; nothing is ever skipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -52,7 +56,7 @@ from typing import Any
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
-from shardlog.consumer.positions import resolve_start
+from shardlog.consumer.creation import LAMBDA, GroupRecord, read_group
 from shardlog.exceptions import ConfigurationError, LeaseHeldError, LeaseLostError
 from shardlog.format import LogRecord
 from shardlog.lambda_consumer.destinations import (
@@ -107,6 +111,40 @@ class RetryState:
     end: int
     size: int
     attempts: int
+
+
+@dataclass(frozen=True)
+class PendingFailure:
+    """The group gave up on the records [start, end) (recorded, fenced, before the on-failure
+    record is sent); the next runner sends the record if this one could not."""
+
+    start: int
+    end: int
+    condition: str
+    attempts: int
+    function_error: str | None
+
+    def attribute(self) -> dict[str, Any]:
+        value: dict[str, Any] = {
+            "start": n(self.start),
+            "end": n(self.end),
+            "condition": s(self.condition),
+            "attempts": n(self.attempts),
+        }
+        if self.function_error is not None:
+            value["functionError"] = s(self.function_error)
+        return {"M": value}
+
+    @classmethod
+    def from_value(cls, value: Mapping[str, Any]) -> PendingFailure:
+        error = value.get("functionError")
+        return cls(
+            int(value["start"]),
+            int(value["end"]),
+            str(value["condition"]),
+            int(value["attempts"]),
+            str(error) if error is not None else None,
+        )
 
 
 @dataclass
@@ -174,7 +212,7 @@ class Runner:
             if self.consumer.on_failure_destination
             else None
         )
-        self._group_created_at_ms: int | None = None
+        self._group: GroupRecord | None = None
         self._ensured: set[str] = set()  # lease items this runner (a warm Lambda) created
 
     # --- one wake ------------------------------------------------------------------------
@@ -187,9 +225,19 @@ class Runner:
             report.outcome = Outcome.NOT_READY
             return report
         assert partition is not None
-        created_at = self._group_created_at()
+        group = self._group_record()
+        if group is None or not group.positioned:
+            logger.error(
+                "%s: the group is not registered (its start positions are fixed when it is "
+                "created: deploy, or `shardlog local up`); nothing is read",
+                self.group,
+            )
+            report.outcome = Outcome.NOT_READY
+            return report
         if partition_id not in self._ensured:  # once per warm runner: a request saved a wake
-            self.leases.ensure(self.group, partition_id, partition.parents)
+            self.leases.ensure(
+                self.group, partition_id, partition.parents, checkpoint=group.position(partition_id)
+            )
             self._ensured.add(partition_id)
         try:
             lease = self.leases.acquire(self.group, partition_id, f"lambda:{request_id}")
@@ -201,7 +249,7 @@ class Runner:
             return report
         session = _Session(self, lease, report, remaining_ms)
         try:
-            session.start(partition, created_at)
+            session.start(partition)
             session.deliver()
         except LeaseLostError as exc:
             logger.warning(
@@ -222,44 +270,42 @@ class Runner:
         leases = {p: lease for p in known if (lease := self.tables.get_lease(self.group, p))}
         return parents_done(partition.parents, known, leases)
 
-    def _group_created_at(self) -> int:
-        """Register the group as a Lambda group (once) and return when it was created."""
-        if self._group_created_at_ms is not None:
-            return self._group_created_at_ms
-        now = self.clock.now_ms()
-        update = Update(
-            self.settings.consumers_table,
-            consumer_key(self.group, C.GROUP_ITEM_ID),
-            ("#kind = :lambda", "#created = if_not_exists(#created, :now)"),
-            condition="attribute_not_exists(#kind) OR #kind = :lambda",
-            values={":lambda": s("lambda"), ":now": n(now)},
-        )
-        outcome = update_item(self.clients, update)
-        if not outcome.written or outcome.item is None:
-            raise ConfigurationError(
-                f"consumer group {self.group!r} is not a Lambda consumer group (its workers run "
-                "`shardlog consume`); a group is one or the other: pick another group name"
-            )
-        created = int(from_ddb(outcome.item)[C.ATTR_GROUP_CREATED_AT])
-        self._group_created_at_ms = created
-        return created
+    def _group_record(self) -> GroupRecord | None:
+        """The group's creation record (kept by a warm runner once positioned: it never
+        changes). None: not registered yet (deploy and `shardlog local up` register it)."""
+        if self._group is None:
+            record = read_group(self.clients, self.settings.consumers_table, self.group)
+            if record is not None and record.kind != LAMBDA:
+                raise ConfigurationError(
+                    f"consumer group {self.group!r} is not a Lambda consumer group (its "
+                    "workers run `shardlog consume`); a group is one or the other: pick "
+                    "another group name"
+                )
+            if record is None or not record.positioned:
+                return record  # read again next time: registration may come meanwhile
+            self._group = record
+        return self._group
 
-    def read_retry_state(self, partition_id: str) -> RetryState | None:
+    def read_progress(self, partition_id: str) -> tuple[RetryState | None, PendingFailure | None]:
+        """A batch being retried, and a give-up whose record may not have been sent."""
         response = self.clients.dynamodb.get_item(
             TableName=self.settings.consumers_table,
             Key=consumer_key(self.group, partition_id),
             ConsistentRead=True,
         )
         item = from_ddb(response.get("Item", {}))
+        pending = item.get(C.ATTR_PENDING_FAILURE)
+        failure = PendingFailure.from_value(pending) if pending is not None else None
         if C.ATTR_RETRY_START not in item:
-            return None
+            return None, failure
         start, end = int(item[C.ATTR_RETRY_START]), int(item[C.ATTR_RETRY_END])
-        return RetryState(
+        retry = RetryState(
             start,
             end,
             int(item.get(C.ATTR_RETRY_SIZE, end - start)),
             int(item.get(C.ATTR_RETRY_ATTEMPTS, 0)),
         )
+        return retry, failure
 
 
 class _Session:
@@ -277,28 +323,26 @@ class _Session:
         self.partition_id = lease.partition_id
         self.feed: LogFeed
         self.retry: RetryState | None = None
+        self.pending: PendingFailure | None = None
         self.shard_end = False
 
     # --- 3. position ---------------------------------------------------------------------
-    def start(self, partition: PartitionInfo, group_created_at_ms: int) -> None:
+    def start(self, partition: PartitionInfo) -> None:
         checkpoint = self.lease.checkpoint
         if checkpoint == C.SHARD_END:
             self.shard_end = True
             position = partition.next_seq
         elif checkpoint is not None:
             position = int(checkpoint)
-        elif partition.parents:
-            position = 0  # its parents were consumed to their end: start at its start
-        else:
-            start = self.consumer.start_position(group_created_at_ms)
-            position = resolve_start(self.runner.reader, self.partition_id, start)
+        else:  # not in the group's creation positions: it appeared later, read it all
+            position = 0
         self.feed = LogFeed(
             self.runner.reader.store, self.runner.tables, self.partition_id, position
         )
         if checkpoint is None:  # durable before anything is invoked: a takeover starts here too
             self._checkpoint(position, clear_retry=False)
         elif not self.shard_end:
-            self.retry = self.runner.read_retry_state(self.partition_id)
+            self.retry, self.pending = self.runner.read_progress(self.partition_id)
 
     # --- 4. batches ----------------------------------------------------------------------
     def deliver(self) -> None:
@@ -308,6 +352,8 @@ class _Session:
             self.report.outcome = Outcome.STOPPED
 
     def _deliver(self) -> None:
+        if self.pending is not None:  # a previous runner gave up and may not have sent it
+            self._send_pending(self.pending)
         while not self.shard_end:
             if self.remaining_ms() < self.consumer.function_timeout_ms + STOP_MARGIN_MS:
                 self.report.outcome = Outcome.STOPPED
@@ -424,16 +470,38 @@ class _Session:
     def _give_up(
         self, records: list[LogRecord], condition: str, *, attempts: int, function_error: str | None
     ) -> None:
+        """Fenced first, then the destination: a runner that lost its lease (a zombie) is
+        refused before it sends anything, and a give-up once recorded is sent by whichever
+        runner holds the lease (at least once: a crash after sending sends it again)."""
+        pending = PendingFailure(
+            records[0].seq, records[-1].seq + 1, condition, attempts, function_error
+        )
+        self._record_give_up(pending)
+        self._send_pending(pending, records)
+
+    def _record_give_up(self, pending: PendingFailure) -> None:
+        update = self.runner.leases.checkpoint_update(
+            self.lease, str(pending.start), now_ms=self.clock.now_ms()
+        )
+        self._send(_with(update, sets=("#pf = :pf",), values={":pf": pending.attribute()}))
+        self.pending = pending
+
+    def _send_pending(
+        self, pending: PendingFailure, records: list[LogRecord] | None = None
+    ) -> None:
         runner = self.runner
+        if records is None:
+            self.feed.seek(pending.start)
+            records = [f.record for f in self.feed.peek(pending.end - pending.start)]
         if runner.destination is not None:
             runner.destination.send(
                 FailedBatch(
                     runner.group,
                     self.partition_id,
                     records,
-                    condition,
-                    attempts,
-                    function_error,
+                    pending.condition,
+                    pending.attempts,
+                    pending.function_error,
                     runner.function_arn,
                 ),
                 self.clock.now_ms(),
@@ -442,14 +510,14 @@ class _Session:
             "%s/%s: gave up on seqs [%d, %d] (%s after %d attempts)%s; moving on",
             runner.group,
             self.partition_id,
-            records[0].seq,
-            records[-1].seq,
-            condition,
-            attempts,
+            pending.start,
+            pending.end - 1,
+            pending.condition,
+            pending.attempts,
             "" if runner.destination else " with no on-failure destination",
         )
-        self.report.sent_to_destination += len(records)
-        self._advance(records[-1].seq + 1)
+        self.report.sent_to_destination += pending.end - pending.start
+        self._advance(pending.end)
 
     def _advance(self, next_seq: int) -> None:
         """Everything before ``next_seq`` is done: checkpoint it, and go on retrying the
@@ -465,9 +533,9 @@ class _Session:
         update = self.runner.leases.checkpoint_update(
             self.lease, str(next_seq), now_ms=self.clock.now_ms()
         )
-        if clear_retry:
-            update = _with(update, removes=_RETRY_ATTRIBUTES)
+        update = _with(update, removes=(*_RETRY_ATTRIBUTES, "#pf") if clear_retry else ("#pf",))
         self._send(update)
+        self.pending = None
         if clear_retry:
             self.retry = None
         self.feed.seek(next_seq)
@@ -488,6 +556,7 @@ class _Session:
         self._send(
             _with(
                 base,
+                removes=("#pf",),
                 sets=(
                     "#rstart = :rstart",
                     "#rend = :rend",
@@ -502,7 +571,7 @@ class _Session:
                 },
             )
         )
-        self.retry = retry
+        self.retry, self.pending = retry, None
         if checkpoint is not None:
             self.feed.seek(checkpoint)
 

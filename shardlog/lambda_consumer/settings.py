@@ -114,14 +114,13 @@ class LambdaConsumerSettings(BaseModel):
             return None
         return self.on_failure_destination.split(":")[2]
 
-    def start_position(self, group_created_at_ms: int) -> StartPosition:
-        """Where a partition with no checkpoint starts. LATEST means the records that
-        arrived after the group was created (its ``$group`` item), so every partition of a
-        group starts at the same instant, whenever its runner first wakes."""
+    def start_position(self) -> StartPosition:
+        """The position the group is created at: fixed per partition when it is registered
+        (deploy, `shardlog local up`; shardlog/consumer/creation.py), as for worker groups."""
         if self.starting_position is StartingPosition.TRIM_HORIZON:
             return StartPosition.trim_horizon()
         if self.starting_position is StartingPosition.LATEST:
-            return StartPosition.at_timestamp(group_created_at_ms)
+            return StartPosition.latest()
         assert self.starting_position_timestamp_ms is not None
         return StartPosition.at_timestamp(self.starting_position_timestamp_ms)
 

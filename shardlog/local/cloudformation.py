@@ -55,6 +55,9 @@ SKIPPED_TYPES: Final[Mapping[str, str]] = {
     "Custom::CDKBucketDeployment": "aws-cdk-lib's Lambda that copies spark_jobs/ to the "
     "artifacts bucket; moto would run it in Docker, so the deployer uploads the same asset "
     "to the same prefix itself",
+    "Custom::ShardlogConsumerGroup": "a Lambda consumer group's registration at deploy; moto "
+    "would run its Lambda in Docker, so the deployer calls the same handler in-process with "
+    "the function's environment and the resource's properties (shardlog.local.deploy)",
 }
 
 _lock = threading.Lock()

@@ -8,9 +8,11 @@ What ``cdk deploy`` does against an account, done here with boto3 against moto:
    destination key; a directory asset (the Lambda code) zipped first, as cdk-assets zips it;
 3. CloudFormation's part: CreateStack of the template as synthesized, waited for; the
    resource types moto lacks are created or recorded by ``shardlog.local.cloudformation``;
-4. the one custom resource the embedded CloudFormation records without running,
-   ``Custom::CDKBucketDeployment``, done as its handler does it: the source zips unpacked
-   under the destination bucket and prefix.
+4. the custom resources the embedded CloudFormation records without running, done as
+   their handlers do it: ``Custom::CDKBucketDeployment`` (the source zips unpacked under the
+   destination bucket and prefix) and ``Custom::ShardlogConsumerGroup`` (shardlog's own
+   registration handler, called in-process with its function's environment: the Lambda
+   consumer groups are created at their start positions).
 
 The stack's outputs are returned; everything else is found from them, as on AWS.
 """
@@ -33,6 +35,7 @@ from shardlog.exceptions import aws_error_code
 BOOTSTRAP_QUALIFIER = "hnb659fds"  # the CDK's default qualifier
 BOOTSTRAP_VERSION = "30"  # at least the version the template's CheckBootstrapVersion rule wants
 BUCKET_DEPLOYMENT = "Custom::CDKBucketDeployment"
+GROUP_REGISTRATION = "Custom::ShardlogConsumerGroup"
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 
 
@@ -122,6 +125,48 @@ def run_bucket_deployments(clients: Clients, template: Mapping[str, Any], stack_
     return copied
 
 
+def run_group_registrations(
+    clients: Clients, template: Mapping[str, Any], stack_name: str
+) -> list[str]:
+    """Do what each Custom::ShardlogConsumerGroup's service token does: call the registration
+    handler (in-process) with a Create request; returns the groups registered."""
+    from lambdas.group_registration.handler import create_handler
+    from lambdas.group_registration.settings import RegistrationSettings
+    from shardlog.local.poller import LambdaContext
+
+    cfn, lam = clients.client("cloudformation"), clients.client("lambda")
+    registered = []
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] != GROUP_REGISTRATION:
+            continue
+        function_id = resource["Properties"]["ServiceToken"]["Fn::GetAtt"][0]
+        function = lam.get_function_configuration(
+            FunctionName=_physical_id(cfn, stack_name, function_id)
+        )
+        settings = RegistrationSettings.from_env(function["Environment"]["Variables"])
+        answers: list[dict[str, Any]] = []
+        handler = create_handler(settings, clients, respond=_collect(answers))
+        event = {
+            "RequestType": "Create",
+            "ResponseURL": "local:",
+            "StackId": stack_name,
+            "RequestId": f"deploy-{logical_id}",
+            "LogicalResourceId": logical_id,
+            "ResourceType": GROUP_REGISTRATION,
+            "ResourceProperties": resource["Properties"],
+        }
+        handler(event, LambdaContext(function["FunctionName"], region=clients.region))
+        if answers[-1]["Status"] != "SUCCESS":
+            raise RuntimeError(f"{logical_id}: {answers[-1].get('Reason')}")
+        registered.append(answers[-1]["PhysicalResourceId"])
+    return registered
+
+
+def _collect(answers: list[dict[str, Any]]) -> Any:
+    """A ResponseURL stand-in: the answers the handler PUTs, kept in ``answers``."""
+    return lambda _url, body: answers.append(body)
+
+
 def _physical_id(cfn: Any, stack_name: str, logical_id: str) -> str:
     response = cfn.describe_stack_resource(StackName=stack_name, LogicalResourceId=logical_id)
     return str(response["StackResourceDetail"]["PhysicalResourceId"])
@@ -149,4 +194,5 @@ def deploy(
         StackName=stack_name, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
     )
     run_bucket_deployments(clients, template, stack_name)
+    run_group_registrations(clients, template, stack_name)
     return Deployment(stack_name, template, stack_outputs(clients, stack_name), assets_bucket)

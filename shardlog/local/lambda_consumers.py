@@ -2,9 +2,11 @@
 handlers as on AWS, their event sources emulated in-process, and the group's function
 called in-process (``LocalInvoker``).
 
-Per group: an SQS FIFO wake queue (with a dead-letter queue), an SQS on-failure queue,
-the runner handler behind a local SQS event source. Shared: the partitions table's
-DynamoDB stream behind a local stream event source calling the waker, and the sweep.
+Each group is registered first (its start position fixed per partition, as a deploy's
+custom resource does). Per group: an SQS FIFO wake queue (with a dead-letter queue), an
+SQS on-failure queue, the runner handler behind a local SQS event source. Shared: the
+partitions table's DynamoDB stream behind a local stream event source calling the waker,
+and the sweep.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ class LocalLambdaConsumers:
         stream_arn = self.clients.kinesis.describe_stream_summary(
             StreamName=self.config.stream_name
         )["StreamDescriptionSummary"]["StreamARN"]
+        self._register()  # the groups' positions are fixed before any wake reaches a runner
         for group in self.groups:
             name = group.settings.group
             self._create_queues(sqs, name)
@@ -168,6 +171,27 @@ class LocalLambdaConsumers:
             batch_size=C.WAKER_BATCH_SIZE,
         ).start()
         return self
+
+    def _register(self) -> None:
+        """What the stack's custom resource does at deploy, through the same handler."""
+        from lambdas.group_registration.handler import create_event
+        from lambdas.group_registration.handler import create_handler as create_registration
+        from lambdas.group_registration.settings import RegistrationSettings
+
+        settings = RegistrationSettings(
+            bucket=self.config.bucket,
+            partitions_table=self.config.partitions_table,
+            consumers_table=self.config.consumers_table,
+        )
+        signer = principals.function(create_registration.__module__)  # its own role on AWS
+        registration = create_registration(
+            settings, self.config.clients(signer), self.clock, respond=lambda _url, _body: None
+        )
+        context = _context("shardlog-group-registration", self.clients)
+        for group in self.groups:
+            answer = registration(create_event(group.settings), context)
+            if answer["Status"] != "SUCCESS":
+                raise ConfigurationError(f"{group.settings.group}: {answer['Reason']}")
 
     def _create_queues(self, sqs: Any, group: str) -> None:
         safe = _safe(group)

@@ -87,6 +87,7 @@ def test_functions_use_the_pinned_runtime_and_powertools_layer(synth: Synthesize
         IC.SPARK_TRIGGER_HANDLER,
         IC.LAMBDA_CONSUMER_HANDLER,  # one per Lambda consumer group of the tests' context
         IC.CONSUMER_WAKER_HANDLER,
+        IC.GROUP_REGISTRATION_HANDLER,
     }
     for handler, props in ours.items():
         assert props["Runtime"] == IC.LAMBDA_PYTHON_RUNTIME, handler

@@ -12,8 +12,15 @@ from aws_cdk import App
 
 from infra import constants as IC
 from infra.settings import SettingsError, StackSettings
+from lambdas.group_registration.settings import (
+    RESOURCE_TYPE,
+    group_from_properties,
+    group_properties,
+)
 from shardlog import constants as C
 from tests.infra.cdk_synth import Synthesized, cdk_context
+
+XRAY = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 
 
 def statements(synth: Synthesized, role: Any) -> list[dict[str, Any]]:
@@ -116,6 +123,65 @@ def test_the_runner_touches_only_its_groups_items_of_the_consumers_table(
             s["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"] == [name]
             for s in own
         )
+
+
+def test_each_group_is_registered_at_deploy_before_its_runner_is_fed(
+    synth: Synthesized,
+) -> None:
+    """One custom resource per group, served by the registration function, with the group's
+    start settings; the runner's wake event source waits for it."""
+    consumers = synth.stack.lambda_consumers
+    assert consumers.registration is not None
+    resources = synth.resources(RESOURCE_TYPE)
+    mappings = synth.resources("AWS::Lambda::EventSourceMapping")
+    registration_arn = {"Fn::GetAtt": [synth.logical_id(consumers.registration.function), "Arn"]}
+    for group in consumers.groups.values():
+        assert group.registration is not None
+        resource_id = synth.logical_id(group.registration)
+        props = resources[resource_id]["Properties"]
+        assert props.pop("ServiceToken") == registration_arn
+        assert props == group_properties(group.settings)
+        assert group_from_properties(props).start_position() == group.settings.start_position()
+        assert resource_id in mappings[synth.logical_id(group.event_source)]["DependsOn"]
+    function = synth.resources("AWS::Lambda::Function")[
+        synth.logical_id(consumers.registration.function)
+    ]["Properties"]
+    assert function["Handler"] == IC.GROUP_REGISTRATION_HANDLER
+
+
+def test_registration_reads_the_log_and_creates_only_the_groups_items(
+    synth: Synthesized,
+) -> None:
+    """Least privilege: it reads partitions and segments, and may create and read the Lambda
+    groups' items only (PutItem is conditional in the code: never an overwrite); no update,
+    no delete, nothing else."""
+    consumers = synth.stack.lambda_consumers
+    assert consumers.registration is not None
+    storage = synth.stack.storage
+    granted = statements(synth, consumers.registration.role)
+    by_resource = {json.dumps(s["Resource"], sort_keys=True): s for s in granted}
+    table = json.dumps({"Fn::GetAtt": [synth.logical_id(storage.consumers_table), "Arn"]})
+    own = by_resource[table]
+    assert actions_of(own) == {"dynamodb:GetItem", "dynamodb:PutItem"}
+    leading_keys = own["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
+    assert set(leading_keys) == set(consumers.groups)
+    partitions = json.dumps(
+        {"Fn::GetAtt": [synth.logical_id(storage.partitions_table), "Arn"]}, sort_keys=True
+    )
+    assert actions_of(by_resource[partitions]) == {"dynamodb:Scan"}
+    everything = {a for s in granted for a in actions_of(s)}
+    assert everything - XRAY == {
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:Scan",
+        "s3:ListBucket",
+        "s3:GetObject",
+        "kms:Decrypt",
+        "kms:DescribeKey",
+        "kms:GenerateDataKey",
+    }
 
 
 def test_the_on_failure_destination_is_the_given_one_or_a_retained_queue(

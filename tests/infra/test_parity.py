@@ -167,3 +167,40 @@ def test_local_lambda_consumers_match_the_stack(synth: Synthesized) -> None:
     assert {k: stream[k] for k in local["stream_event_source"]} == local["stream_event_source"]
     rule = synth.resources("AWS::Events::Rule")[synth.logical_id(consumers.sweep)]["Properties"]
     assert rule["ScheduleExpression"] == f"rate({local['sweep_rate_minutes']} minute)"
+
+
+def test_local_registration_sends_what_the_stack_declares(synth: Synthesized) -> None:
+    """`shardlog local up` registers each group through the same handler, with the Create
+    request the stack's custom resource makes, and the same settings from the same names."""
+    from lambdas.group_registration.handler import create_event
+    from lambdas.group_registration.settings import RESOURCE_TYPE, RegistrationSettings
+
+    consumers = synth.stack.lambda_consumers
+    assert consumers.registration is not None
+    resources = synth.resources(RESOURCE_TYPE)
+    for group in consumers.groups.values():
+        assert group.registration is not None
+        declared = dict(resources[synth.logical_id(group.registration)]["Properties"])
+        declared.pop("ServiceToken")
+        local = create_event(group.settings)
+        assert (local["ResourceType"], local["ResourceProperties"]) == (RESOURCE_TYPE, declared)
+    function = synth.resources("AWS::Lambda::Function")[
+        synth.logical_id(consumers.registration.function)
+    ]["Properties"]
+    env = function["Environment"]["Variables"]
+    storage = synth.stack.storage
+    names = {
+        C.ENV_BUCKET_NAME: storage.bucket.bucket_name,
+        C.ENV_PARTITIONS_TABLE: storage.partitions_table.table_name,
+        C.ENV_CONSUMERS_TABLE: storage.consumers_table.table_name,
+    }
+    for variable, value in names.items():
+        assert env[variable] == synth.stack.resolve(value), variable
+    settings = RegistrationSettings.from_env(
+        {C.ENV_BUCKET_NAME: "log", C.ENV_PARTITIONS_TABLE: "parts", C.ENV_CONSUMERS_TABLE: "cons"}
+    )
+    assert (settings.bucket, settings.partitions_table, settings.consumers_table) == (
+        "log",
+        "parts",
+        "cons",
+    )

@@ -24,14 +24,16 @@ from infra import constants as IC
 from infra.lambda_runtime import runtime_site
 from shardlog import constants as C
 from shardlog.config import ShardlogConfig
+from shardlog.consumer.creation import read_group
 from shardlog.local import cloudformation
 from shardlog.local.deploy import Deployment
 from shardlog.local.embedded import resource_specs
 from shardlog.local.http_api import to_proxy_event
 from shardlog.stack import DeployedStack
-from tests.infra.cdk_synth import Synthesized
+from tests.infra.cdk_synth import TEST_LAMBDA_CONSUMERS, Synthesized
 from tests.infra.shipped import run_shipped, shardlog_asset_dirs
 
+RESPONSES_BUCKET = "shipped-cloudformation-responses"
 # The deployment (tests/infra/conftest.py) is shared: the ingest event names a shard the
 # stream does not have, so its made-up sequence number never becomes the checkpoint of a
 # shard that other tests ingest from.
@@ -189,6 +191,15 @@ def _events(stack: DeployedStack) -> dict[str, dict[str, Any]]:
                 }
             ]
         },
+        IC.GROUP_REGISTRATION_HANDLER: {  # CloudFormation's request; the answer goes to S3
+            "RequestType": "Create",
+            "ResponseURL": "{endpoint}/" + RESPONSES_BUCKET + "/answer",
+            "StackId": "shipped",
+            "RequestId": "r-1",
+            "LogicalResourceId": "Registration",
+            "ResourceType": "Custom::ShardlogConsumerGroup",
+            "ResourceProperties": {"Group": "shipped-group", "StartingPosition": "LATEST"},
+        },
         IC.SPARK_TRIGGER_HANDLER: {
             "job": "analytics",
             "scheduledTime": datetime(2026, 1, 1, tzinfo=UTC).isoformat(),
@@ -201,6 +212,10 @@ def test_every_function_runs_from_its_asset_alone(
 ) -> None:
     runtime = runtime_site()
     events = _events(stack)
+    where = {} if config.region == "us-east-1" else {"LocationConstraint": config.region}
+    config.clients().s3.create_bucket(  # where CloudFormation's pre-signed ResponseURL points
+        Bucket=RESPONSES_BUCKET, **({"CreateBucketConfiguration": where} if where else {})
+    )
     lam = config.clients().client("lambda")
     ran: dict[str, Any] = {}
     for logical_id, asset in shardlog_asset_dirs(deployment, synth.outdir).items():
@@ -210,7 +225,11 @@ def test_every_function_runs_from_its_asset_alone(
         handler = function["Handler"]
         assert handler in events, f"{logical_id}: no event for handler {handler}: add one"
         variables = function["Environment"]["Variables"]
-        event = json.loads(json.dumps(events[handler]).replace("{group}", _group_of(variables)))
+        event = json.loads(
+            json.dumps(events[handler])
+            .replace("{group}", _group_of(variables))
+            .replace("{endpoint}", str(config.endpoint_url))
+        )
         env = {
             "PATH": "/usr/bin:/bin",
             "LANG": "C.UTF-8",
@@ -242,6 +261,10 @@ def test_every_function_runs_from_its_asset_alone(
     assert ran[IC.SPARK_TRIGGER_HANDLER]["started"] is True
     assert ran[IC.LAMBDA_CONSUMER_HANDLER] == {"batchItemFailures": []}
     assert ran[IC.CONSUMER_WAKER_HANDLER]["source"] == "sweep"
+    registered = ran[IC.GROUP_REGISTRATION_HANDLER]
+    assert registered["Status"] == "SUCCESS", registered
+    answer = config.clients().s3.get_object(Bucket=RESPONSES_BUCKET, Key="answer")["Body"].read()
+    assert json.loads(answer) == registered  # what CloudFormation reads
     # The ingest invocation committed its record to the deployed log.
     heads = config.clients().dynamodb.scan(TableName=stack.config().partitions_table)["Items"]
     assert sum(int(i.get("nextSequenceNumber", {"N": "0"})["N"]) for i in heads) >= 1
@@ -299,3 +322,14 @@ def test_a_module_the_asset_lacks_fails_the_check(
             },
             timeout_ms=30_000,
         )
+
+
+def test_the_deploy_registered_each_lambda_consumer_group(
+    stack: DeployedStack, config: ShardlogConfig
+) -> None:
+    """The custom resources ran (their handler, as the deployer runs it): each group exists,
+    created at its start position, before any of its runners is woken."""
+    consumers = stack.config().consumers_table
+    for group in TEST_LAMBDA_CONSUMERS:
+        record = read_group(config.clients(), consumers, group["group"])
+        assert record is not None and record.kind == "lambda" and record.positioned, group

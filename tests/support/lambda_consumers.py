@@ -11,6 +11,7 @@ from typing import Any
 
 from shardlog.clock import Clock, ManualClock
 from shardlog.lambda_consumer.invoke import LocalInvoker
+from shardlog.lambda_consumer.registration import register
 from shardlog.lambda_consumer.runner import Runner
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
 from shardlog.lambda_consumer.wake import WakeSender, wake_queue_name
@@ -84,10 +85,17 @@ def received(aws: AwsEnv, queue_url: str) -> list[str]:
 
 
 def runner_for(
-    aws: AwsEnv, clock: Clock, recorder: Recorder, group: str = "billing", **settings: Any
+    aws: AwsEnv,
+    clock: Clock,
+    recorder: Recorder,
+    group: str = "billing",
+    *,
+    register_group: bool = True,
+    **settings: Any,
 ) -> tuple[Runner, str]:
     """A runner (another "process": its own clients) and its group's wake queue URL, with an
-    SQS on-failure queue; the function is called in-process."""
+    SQS on-failure queue; the function is called in-process. The group is registered first
+    (as at deploy), unless ``register_group`` is false."""
     sqs = aws.clients.client("sqs")
     wake_url = sqs.create_queue(QueueName=wake_queue_name(group), Attributes={"FifoQueue": "true"})[
         "QueueUrl"
@@ -108,6 +116,15 @@ def runner_for(
         event_source_arn="arn:aws:kinesis:us-east-1:123456789012:stream/test",
     )
     clients = aws.fresh_clients()
+    if register_group:  # what deploy does before any wake
+        register(
+            clients,
+            group,
+            consumer.start_position(),
+            bucket=aws.config.bucket,
+            names=aws.config.tables,
+            now_ms=clock.now_ms(),
+        )
     invoker = LocalInvoker(recorder, "recorder", clients.region)
     wakes = WakeSender(clients, {group: wake_url})
     return Runner(clients, runner_settings, invoker, wakes, clock=clock), wake_url

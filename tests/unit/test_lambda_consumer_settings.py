@@ -77,13 +77,13 @@ def test_at_timestamp_needs_a_timestamp_and_only_it_has_one() -> None:
     assert "starting_position_timestamp_ms" in refused(starting_position_timestamp_ms=5)
     start = settings(
         starting_position="AT_TIMESTAMP", starting_position_timestamp_ms=5
-    ).start_position(0)
+    ).start_position()
     assert (start.kind, start.timestamp_ms) == (InitialPosition.AT_TIMESTAMP, 5)
 
 
-def test_latest_starts_at_the_groups_creation() -> None:
-    start = settings(starting_position="LATEST").start_position(1_700_000_000_000)
-    assert (start.kind, start.timestamp_ms) == (InitialPosition.AT_TIMESTAMP, 1_700_000_000_000)
+def test_latest_is_the_head_of_each_partition_at_the_groups_creation() -> None:
+    start = settings(starting_position="LATEST").start_position()
+    assert (start.kind, start.timestamp_ms) == (InitialPosition.LATEST, None)
 
 
 def test_the_lease_outlasts_an_invocation() -> None:

@@ -4,6 +4,7 @@ not a Lambda group, a function that times out."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -169,9 +170,11 @@ def test_a_worker_group_cannot_become_a_lambda_group(aws: AwsEnv, clock: ManualC
     append(aws, P, incoming_records(1, start=0))
     aws.clients.dynamodb.put_item(
         TableName=aws.config.consumers_table,
-        Item={**consumer_key("billing", C.GROUP_ITEM_ID), C.ATTR_GROUP_KIND: {"S": "worker"}},
+        Item={**consumer_key("billing", C.GROUP_ITEM_ID), C.ATTR_GROUP_KIND: {"S": "workers"}},
     )
-    runner, _ = runner_for(aws, clock, Recorder())
+    with pytest.raises(ConfigurationError, match="not a Lambda consumer group"):
+        runner_for(aws, clock, Recorder())  # refused where deploy registers it
+    runner, _ = runner_for(aws, clock, Recorder(), register_group=False)
     with pytest.raises(ConfigurationError, match="not a Lambda consumer group"):
         run(runner)
 
@@ -197,3 +200,73 @@ def test_a_function_that_times_out_fails_its_batch(aws: AwsEnv, clock: ManualClo
     finally:
         release.set()
     assert report.failed_invocations == 1 and report.sent_to_destination == 2
+
+
+def test_a_zombie_gives_up_on_nothing_its_successor_delivered(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    """A runner whose failed invocation outlived its lease must not send an on-failure
+    record: its successor took the batch over (and delivered it). The give-up is a fenced
+    write first, refused here, and only then the destination."""
+    append(aws, P, incoming_records(3, start=0))
+    settings: dict[str, Any] = {
+        "maximum_retry_attempts": 0,
+        "bisect_batch_on_function_error": False,
+    }
+    successor_reports: list[RunReport] = []
+    successor, _ = runner_for(aws, clock, Recorder(), "zombie", **settings)
+
+    def fails_after_a_takeover(_batch: list[Seen]) -> Any:
+        clock.advance(successor.consumer.lease_ms + 1)  # this invocation outlives the lease
+        successor_reports.append(run(successor, "r2"))
+        raise RuntimeError("the zombie's invocation fails")
+
+    zombie, _ = runner_for(aws, clock, Recorder(fails_after_a_takeover), "zombie", **settings)
+    failure_url = zombie.settings.consumer.on_failure_destination
+    assert failure_url is not None
+    report = run(zombie)
+    assert [r.outcome for r in successor_reports] == [Outcome.CAUGHT_UP]
+    assert successor_reports[0].delivered == 3
+    assert report.outcome is Outcome.LOST and report.sent_to_destination == 0
+    queue = aws.clients.client("sqs").get_queue_url(QueueName=failure_url.split(":")[-1])
+    assert received(aws, queue["QueueUrl"]) == []
+    assert lease_of(aws, "zombie").checkpoint == "3"
+
+
+def test_a_give_up_interrupted_before_its_record_is_sent_is_sent_by_the_next_runner(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    """Killed after the fenced give-up and before the destination: the next runner sends the
+    record (it does not invoke the batch again) and moves on."""
+    append(aws, P, incoming_records(4, start=0))
+    settings: dict[str, Any] = {
+        "maximum_retry_attempts": 0,
+        "bisect_batch_on_function_error": False,
+        "batch_size": 2,
+    }
+
+    def fails(_batch: list[Seen]) -> Any:
+        raise RuntimeError("always")
+
+    recorder = Recorder(fails)
+    doomed, _ = runner_for(aws, clock, recorder, "interrupted", **settings)
+
+    def killed_before_sending(**_: Any) -> None:
+        raise RunnerKilled
+
+    doomed.clients.add_hook("before-call.sqs.*", killed_before_sending)
+    with pytest.raises(RunnerKilled):
+        run(doomed)
+    assert len(recorder.calls) == 1
+    clock.advance(doomed.consumer.lease_ms + 1)
+    successor, _ = runner_for(aws, clock, Recorder(), "interrupted", **settings)
+    report = run(successor, "r2")
+    assert report.sent_to_destination == 2 and report.delivered == 2
+    assert successor.settings.consumer.on_failure_destination is not None
+    failure_url = successor.settings.consumer.on_failure_destination
+    queue = aws.clients.client("sqs").get_queue_url(QueueName=failure_url.split(":")[-1])
+    [record] = [json.loads(b) for b in received(aws, queue["QueueUrl"])]
+    info = record["shardlogBatchInfo"]
+    assert (info["startSequenceNumber"], info["endSequenceNumber"]) == (0, 1)
+    assert record["requestContext"]["condition"] == "RetryAttemptsExhausted"
+    assert lease_of(aws, "interrupted").checkpoint == "4"

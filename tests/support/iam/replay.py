@@ -65,6 +65,7 @@ _DESCRIBE_KEY = (
     "give it to every principal that uses the table"
 )
 TRIGGER = "function:lambdas.spark_trigger.handler.handler"
+REGISTRATION = "function:lambdas.group_registration.handler.handler"
 # Permissions AWS itself uses with the role, on no path of the code.
 NEEDED_BY_AWS: tuple[Grant, ...] = (
     Grant("function:*", "logs:CreateLogStream", "*", _LOGS),
@@ -106,9 +107,22 @@ NEEDED_BY_AWS: tuple[Grant, ...] = (
         _DYNAMODB_WRITER_KEY,
     ),
     Grant("consumer-group:*", "kms:GenerateDataKey", "*", _DYNAMODB_WRITER_KEY),
+    Grant(REGISTRATION, "kms:GenerateDataKey", "*", _DYNAMODB_WRITER_KEY),
 )
 # Permissions of code paths the workload does not drive, each with the test that does.
 NOT_DRIVEN: tuple[Grant, ...] = (
+    *(
+        Grant(
+            REGISTRATION,
+            action,
+            resource,
+            "registering an AT_TIMESTAMP group finds each partition's first record at or after "
+            "the timestamp in its segments (seq_at_timestamp; tests/functional/lambda_consumer/"
+            "test_start_positions.py, tests/functional/consumer/test_positions.py); the "
+            "workload's groups start at TRIM_HORIZON",
+        )
+        for action, resource in (("s3:ListBucket", "*"), ("s3:GetObject", "*/events/*"))
+    ),
     Grant(
         "emr-serverless-job",
         "s3:DeleteObject",
