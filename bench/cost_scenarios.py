@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bench import costmodel as M
-from bench.common import kinesis_event
+from bench.common import kinesis_event, named_log
 from bench.cost_metering import Meter, cpu_and_requests, unmetered_clients, usage_of
 from shardlog import constants as C
 from shardlog.clock import ManualClock
@@ -66,13 +66,7 @@ def incoming(count: int, size: int, t: int) -> list[IncomingRecord]:
 
 def fresh_log(endpoint: str, name: str) -> ShardlogConfig:
     tag = f"{name}-{uuid.uuid4().hex[:6]}"
-    config = ShardlogConfig(
-        stream_name=f"cost-{tag}",
-        bucket=f"cost-{tag}",
-        partitions_table=f"cost-{tag}-partitions",
-        consumers_table=f"cost-{tag}-consumers",
-        endpoint_url=endpoint,
-    )
+    config = named_log(f"cost-{tag}", endpoint)
     unmetered = unmetered_clients(config)
     provision(unmetered, config, shard_count=1)
     ShardSync(unmetered, config.stream_name, config.tables).sync()  # lineage: consumers start
