@@ -71,7 +71,7 @@ def per_1000(usage: M.Usage) -> float:
 
 
 def print_table(rows: Sequence[Row]) -> None:
-    print(f"$ per million records, {REGION} list prices of {PRICES_AS_OF} (shardlog/pricing.py)")
+    print(f"$ per million records, {REGION} list prices of {PRICES_AS_OF} (bench/pricing.py)")
     print(
         f"{'rec/s/shard':>11} {'size':>6} {'batch':>5} | {'ingest':>8} {'+Kinesis':>9} | "
         f"{'worker':>8} {'Lambda c.':>9} {'compact':>8} | {'Firehose':>8} {'Safya':>8} "
