@@ -69,7 +69,8 @@ soak: $(STAMP)
 mutants: $(STAMP)
 	$(BIN)/python scripts/mutants.py
 
-# README.md's "Measured" block, regenerated from the benchmarks (quick runs; FULL=1: full runs).
+# docs/PERFORMANCE.md's generated block, regenerated from the benchmarks (quick runs; FULL=1:
+# full runs; bench/report.py). README.md and the rest of docs/ are never written.
 .PHONY: measured
 measured: $(STAMP)
 	$(BIN)/python bench/report.py $(if $(FULL),--full)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from shardlog.config import ShardlogConfig
 from shardlog.local.quiet import quiet_powertools
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +45,18 @@ def kinesis_event(shard_id: str, records: Sequence[IncomingRecord]) -> dict[str,
             for r in records
         ]
     }
+
+
+def named_log(name: str, endpoint_url: str | None = None) -> ShardlogConfig:
+    """A log of its own: stream, bucket and tables named after ``name``, so runs in one
+    process (moto's state is per process) never share a stream, a bucket or a table."""
+    return ShardlogConfig(
+        stream_name=name,
+        bucket=name,
+        partitions_table=f"{name}-partitions",
+        consumers_table=f"{name}-consumers",
+        endpoint_url=endpoint_url,
+    )
 
 
 @dataclass

@@ -229,13 +229,7 @@ def bench_fresh_query(config: ShardlogConfig, extra: int, segment_records: int) 
 
 
 def new_log(aws: EmbeddedAWS, name: str, records: int, segment_records: int) -> ShardlogConfig:
-    config = ShardlogConfig(
-        bucket=f"bench-{name}",
-        partitions_table=f"bench-{name}-partitions",
-        consumers_table=f"bench-{name}-consumers",
-        stream_name=f"bench-{name}",
-        endpoint_url=aws.endpoint_url,
-    )
+    config = common.named_log(f"bench-{name}", aws.endpoint_url)
     provision(config.clients(), config, shard_count=1)
     write_log(config, records, segment_records)
     return config

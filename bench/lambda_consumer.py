@@ -25,6 +25,8 @@ import threading
 import time
 from typing import Any
 
+import common  # first: the repository importable
+
 from shardlog.aws import RequestCounter
 from shardlog.clock import SystemClock
 from shardlog.config import ShardlogConfig
@@ -267,13 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         provision(config.clients(), config, shard_count=1)
         throughput_rows = throughput(config, args.records, args.batch_size)
         # A log of its own: the groups must not start with the throughput backlog.
-        fresh = ShardlogConfig(
-            stream_name="latency-events",
-            bucket="latency-log",
-            partitions_table="latency-partitions",
-            consumers_table="latency-consumers",
-            endpoint_url=aws.endpoint_url,
-        )
+        fresh = common.named_log("latency", aws.endpoint_url)
         provision(fresh.clients(), fresh, shard_count=1)
         latency_rows = latency(fresh, args.commits, args.per_commit, args.interval_ms)
     if args.json:
