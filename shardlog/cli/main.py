@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -222,7 +223,12 @@ def local_up(
         click.echo(f"embedded AWS at {runtime.config.endpoint_url}")
         click.echo(f"producer API at {runtime.config.extra['apiUrl']} (Swagger UI: /docs)")
         if console_port >= 0:
-            click.echo(f"console at {_local_console(ctx, runtime.config, console_port)}")
+            console_url = _local_console(ctx, runtime.config, console_port)
+            runtime.config = replace(
+                runtime.config, extra={**runtime.config.extra, "consoleUrl": console_url}
+            )
+            runtime.config.write(state_file)
+            click.echo(f"console at {console_url}")
         for group, state in runtime.config.extra.get("lambdaConsumers", {}).items():
             click.echo(
                 f"Lambda consumer group {group} -> {state['function']}; "

@@ -9,7 +9,7 @@ import html
 import json
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -241,3 +241,36 @@ def test_the_lake_page_shows_watermarks_against_heads(console: ConsoleUnderTest)
         assert number(row["behind"]) == heads[partition] - console.lake_watermarks.get(partition, 0)
     assert "console-test-" in page  # the commit's run id, on its snapshot
     assert set(shown.tables["runs"]) == {"compact", "analytics", "maintain"}
+
+
+def test_the_lag_trend_is_drawn_from_cloudwatch(console: ConsoleUnderTest) -> None:
+    """What a deployed group's runner publishes (ConsumerLagRecords, a point a minute)."""
+    from shardlog import constants as C
+
+    now = datetime.fromtimestamp(console.clock.now_ms() / 1000, UTC)
+    dimensions = [
+        {"Name": C.DIMENSION_CONSUMER_GROUP, "Value": GROUP},
+        {"Name": "service", "Value": C.POWERTOOLS_SERVICE_NAME},
+    ]
+    lags = [40.0, 25.0, 7.0]
+    console.runtime.clients.client("cloudwatch").put_metric_data(
+        Namespace=C.METRICS_NAMESPACE,
+        MetricData=[
+            {
+                "MetricName": C.METRIC_CONSUMER_LAG_RECORDS,
+                "Dimensions": dimensions,
+                "Timestamp": now - timedelta(minutes=30 - 10 * i),
+                "Value": lag,
+            }
+            for i, lag in enumerate(lags)
+        ],
+    )
+    _, page = console.get(f"/group?name={GROUP}")
+    chart = page.split("lag (records, max a minute)", 1)[1].split("</h3>", 1)[1]
+    assert chart.startswith('<svg class="chart"')
+    points = re.search(r'points="([^"]*)"', chart)
+    assert points is not None
+    heights = [float(xy.split(",")[1]) for xy in points.group(1).split()]
+    assert len(heights) == len(lags)
+    assert heights == sorted(heights)  # falling lag: each point lower than the last
+    assert "latest 7.0, max 40.0" in chart
