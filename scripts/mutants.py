@@ -547,6 +547,14 @@ MUTATIONS = (
         CONSOLE,
     ),
     Mutation(
+        "console-lag-on-demand",
+        "the overview's request bound: the ingest lag (Kinesis reads) only on demand",
+        "shardlog/console/server.py",
+        'lag=params.get("lag") == "1"',
+        "lag=True",
+        CONSOLE,
+    ),
+    Mutation(
         "console-loopback",
         "the console's refusal to listen beyond 127.0.0.1",
         "shardlog/console/server.py",

@@ -22,6 +22,10 @@ from tests.support.console import (
     shardlog,
 )
 
+# One module fixture (the runtime with its data) and, for the browser, one Chromium: under
+# pytest-xdist the module stays on one worker.
+pytestmark = pytest.mark.xdist_group("browser")
+
 
 @pytest.fixture(scope="module")
 def console() -> Iterator[ConsoleUnderTest]:

@@ -29,6 +29,10 @@ from tests.support.console import (
     shardlog,
 )
 
+# One module fixture (the runtime with its data) and, for the browser, one Chromium: under
+# pytest-xdist the module stays on one worker.
+pytestmark = pytest.mark.xdist_group("console-pages")
+
 
 @pytest.fixture(scope="module")
 def console() -> Iterator[ConsoleUnderTest]:
@@ -274,3 +278,47 @@ def test_the_lag_trend_is_drawn_from_cloudwatch(console: ConsoleUnderTest) -> No
     assert len(heights) == len(lags)
     assert heights == sorted(heights)  # falling lag: each point lower than the last
     assert "latest 7.0, max 40.0" in chart
+
+
+def test_a_deployed_stack_is_read_by_its_outputs(console: ConsoleUnderTest) -> None:
+    """`--stack-name`: the names come from the stack's outputs (a CloudFormation stack on the
+    embedded AWS whose outputs name this deployment), the on-failure queue from its ARN."""
+    from shardlog import constants as C
+    from shardlog.console.server import Console, ConsoleServer
+    from shardlog.console.source import Deployment
+    from tests.support.console import http
+
+    config, clients = console.config, console.runtime.clients
+    queue_url = config.extra["lambdaConsumers"][GROUP]["onFailureQueueUrl"]
+    queue_arn = clients.client("sqs").get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["QueueArn"]
+    )["Attributes"]["QueueArn"]
+    outputs = {
+        C.OUTPUT_STREAM_NAME: config.stream_name,
+        C.OUTPUT_BUCKET_NAME: config.bucket,
+        C.OUTPUT_PARTITIONS_TABLE: config.partitions_table,
+        C.OUTPUT_CONSUMERS_TABLE: config.consumers_table,
+        C.OUTPUT_API_URL: "https://example.invalid/prod/",
+        C.OUTPUT_EMR_APPLICATION_ID: "00000000000000000",
+        C.OUTPUT_EMR_EXECUTION_ROLE_ARN: "arn:aws:iam::000000000000:role/none",
+        C.OUTPUT_JOB_SCRIPTS_URI: "s3://none/spark_jobs/",
+        C.OUTPUT_LAMBDA_CONSUMERS: json.dumps({GROUP: {"onFailureDestination": queue_arn}}),
+        C.OUTPUT_ATHENA_WORKGROUP: "none",
+        C.OUTPUT_LAKE_TABLE: config.extra["lake"]["table"],
+    }
+    name = f"console-{config.stream_name}"
+    template = {
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {key: {"Value": value} for key, value in outputs.items()},
+    }
+    clients.client("cloudformation").create_stack(StackName=name, TemplateBody=json.dumps(template))
+    deployment = Deployment.from_stack(Deployment(config).clients(), name)
+    with ConsoleServer(Console(deployment, clock=console.clock)) as server:
+        _, by_stack = http(server.url + f"/group?name={GROUP}")
+        _, lake = http(server.url + "/lake")
+    _, by_state = console.get(f"/group?name={GROUP}")
+    assert cells(by_stack).tables == cells(by_state).tables
+    assert cells(by_stack).tables["on-failure"]  # found through GetQueueUrl of the ARN
+    assert f"stack {name}" in by_stack
+    assert console.config.extra["lake"]["table"] in lake
+    assert "job runs not readable" in lake  # no such EMR application: said, not a failure

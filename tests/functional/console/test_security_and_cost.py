@@ -21,6 +21,10 @@ from tests.support.aws import AwsEnv
 from tests.support.cli import run_cli
 from tests.support.console import GROUP, ConsoleUnderTest, console_under_test, http
 
+# One module fixture (the runtime with its data) and, for the browser, one Chromium: under
+# pytest-xdist the module stays on one worker.
+pytestmark = pytest.mark.xdist_group("console-security")
+
 
 @pytest.fixture(scope="module")
 def console() -> Iterator[ConsoleUnderTest]:
