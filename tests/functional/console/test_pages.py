@@ -322,3 +322,27 @@ def test_a_deployed_stack_is_read_by_its_outputs(console: ConsoleUnderTest) -> N
     assert f"stack {name}" in by_stack
     assert console.config.extra["lake"]["table"] in lake
     assert "job runs not readable" in lake  # no such EMR application: said, not a failure
+
+
+def test_alarms_in_alarm_are_listed(console: ConsoleUnderTest) -> None:
+    cloudwatch = console.runtime.clients.client("cloudwatch")
+    name = f"<b>{console.config.stream_name}</b> IngestIteratorAge"
+    cloudwatch.put_metric_alarm(
+        AlarmName=name,
+        Namespace="AWS/Kinesis",
+        MetricName="GetRecords.IteratorAgeMilliseconds",
+        Statistic="Maximum",
+        Period=60,
+        EvaluationPeriods=1,
+        Threshold=60_000,
+        ComparisonOperator="GreaterThanThreshold",
+    )
+    _, quiet = console.get("/")
+    assert html.escape(name) not in quiet
+    cloudwatch.set_alarm_state(AlarmName=name, StateValue="ALARM", StateReason="ingest behind")
+    try:
+        _, page = console.get("/")
+        assert html.escape(name) in page and name not in page
+        assert "ingest behind" in page
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=[name])
