@@ -15,6 +15,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from shardlog import constants as C
+from shardlog.aws import RequestCounter
 from shardlog.clock import ManualClock
 from shardlog.console.server import Console, ConsoleServer
 from shardlog.console.source import Deployment
@@ -25,10 +26,13 @@ from shardlog.producer import Producer, ProducerRecord
 from shardlog.reader import LogReader
 from shardlog.status_rows import group_rows
 from shardlog.tables import Tables
+from tests.support.aws import AwsEnv
+from tests.support.factories import Journal, recording_worker, run_until_idle
 from tests.support.lambda_consumers import Recorder, Seen
 from tests.support.runtime import e2e_runtime, produce_across_split_and_merge
 
 GROUP = "audit"
+WORKER_GROUP = "readers"
 POISON_KEY = "poison"  # the group's function fails every batch holding it
 SCRIPT_KEY = '<script>alert("pwned")</script>'
 SCRIPT_DATA = b'{"note": "<img src=x onerror=alert(1)>"}'
@@ -138,6 +142,7 @@ def console_under_test(*, allow_actions: bool = False) -> Iterator[ConsoleUnderT
             ]
         )
         _settle(runtime, clock)
+        run_worker_group(runtime, clock)
         marks = commit_half_to_lake(runtime)
         server = ConsoleServer(
             Console(
@@ -174,6 +179,16 @@ def _settle(runtime: LocalRuntime, clock: ManualClock) -> None:
         return all(row["lagRecords"] == 0 for row in rows)
 
     assert runtime.wait_until(done, timeout_s=120), "the deployment did not settle"
+
+
+def run_worker_group(runtime: LocalRuntime, clock: ManualClock) -> None:
+    """Two workers of group ``WORKER_GROUP`` read the whole log (their leases stay live)."""
+    env = AwsEnv(runtime.config, runtime.clients, RequestCounter())
+    journal = Journal()
+    workers = [
+        recording_worker(env, journal, f"worker-{i}", clock, group=WORKER_GROUP) for i in (1, 2)
+    ]
+    run_until_idle(workers, clock)
 
 
 def commit_half_to_lake(runtime: LocalRuntime) -> dict[str, int]:

@@ -346,3 +346,21 @@ def test_alarms_in_alarm_are_listed(console: ConsoleUnderTest) -> None:
         assert "ingest behind" in page
     finally:
         cloudwatch.delete_alarms(AlarmNames=[name])
+
+
+def test_a_worker_groups_page_shows_its_owners(console: ConsoleUnderTest) -> None:
+    from tests.support.console import WORKER_GROUP
+
+    _, page = console.get(f"/group?name={WORKER_GROUP}")
+    shown = cells(page).tables["progress"]
+    expected = json.loads(shardlog(console, "status", "--group", WORKER_GROUP, "--json"))
+    assert {row["groupKind"] for row in expected} == {"workers"}
+    assert "a worker group" in page and "On-failure batches" not in page
+    for row in expected:
+        cell = shown[row["partitionId"]]
+        # The owner; whether its lease is live depends on the clock (the console's is the
+        # test's, the CLI's the machine's), so it is compared by name.
+        assert cell["leaseOwner"].split(" ")[0] == (row["leaseOwner"] or "-")
+        assert cell["checkpoint"] == (row["checkpoint"] or "-")
+        assert number(cell["lagRecords"]) == row["lagRecords"] == 0
+    assert {row["leaseOwner"] for row in expected} - {None} <= {"worker-1", "worker-2"}
