@@ -259,7 +259,9 @@ def decode(data: bytes, mode: str) -> tuple[str, str]:
     return "hex", data.hex(" ")
 
 
-def browse_form(partitions: Sequence[str], partition: str = "", decoding: str = "auto") -> str:
+def browse_form(
+    partitions: Sequence[str], partition: str = "", decoding: str = "auto", key: str = ""
+) -> str:
     options = "".join(
         f'<option value="{e(p)}"{" selected" if p == partition else ""}>{e(p)}</option>'
         for p in partitions
@@ -275,7 +277,7 @@ def browse_form(partitions: Sequence[str], partition: str = "", decoding: str = 
         f'</label> <label>decode <select name="decode">{decodings}</select></label> '
         '<button type="submit">Show</button></form>'
         '<form id="search" method="get" action="/search">'
-        '<label>partition key <input name="key" size="30"></label> '
+        f'<label>partition key <input name="key" size="30" value="{e(key)}"></label> '
         '<button type="submit">Search all partitions</button></form>'
     )
 
@@ -377,7 +379,7 @@ def search_page(result: SearchResult, partitions: Sequence[str], budget: int, wh
         if result.found
         else "<p>No record with this key in the records searched.</p>"
     )
-    body = browse_form(partitions) + progress + found + more
+    body = browse_form(partitions, key=result.key) + progress + found + more
     return page(f"Key {result.key!r}", body, where)
 
 
