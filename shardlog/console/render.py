@@ -18,15 +18,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 from shardlog import constants as C
-from shardlog.console.queries import (
-    Browse,
-    GroupView,
-    LakeView,
-    Overview,
-    SearchResult,
-    Series,
-    iso_ms,
-)
+from shardlog.console.groups import GroupView
+from shardlog.console.lake import LakeView
+from shardlog.console.messages import Browse, SearchResult
+from shardlog.console.queries import Overview, Series, iso_ms
 from shardlog.format import LogRecord
 
 DECODINGS = ("auto", "json", "utf8", "hex")

@@ -35,6 +35,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from shardlog.clock import Clock, SystemClock
+from shardlog.console import groups as group_queries
+from shardlog.console import lake as lake_queries
+from shardlog.console import messages as message_queries
 from shardlog.console import queries, render
 from shardlog.console.source import Deployment
 from shardlog.exceptions import NotFoundError, ShardlogError, ValidationError
@@ -163,35 +166,39 @@ class Console:
         limit = _int(params, "limit", queries.PAGE_RECORDS)
         at = queries.parse_time(params["time"]) if params.get("time") else None
         seq = _int(params, "seq", 0) if at is None else None
-        view = queries.browse(self.deployment, self.clients, partition, seq=seq, at=at, limit=limit)
+        view = message_queries.browse(
+            self.deployment, self.clients, partition, seq=seq, at=at, limit=limit
+        )
         return render.browse_page(view, partitions, decoding, limit, self.where)
 
     def record(self, params: dict[str, str]) -> str:
         partition = params.get("partition") or ""
         if not partition:
             raise ValidationError("partition", "give the record's partition")
-        found = queries.record(self.deployment, self.clients, partition, _int(params, "seq", 0))
+        found = message_queries.record(
+            self.deployment, self.clients, partition, _int(params, "seq", 0)
+        )
         return render.record_page(found, self._decoding(params), self.where)
 
     def search(self, params: dict[str, str]) -> str:
         budget = _int(params, "budget", queries.SEARCH_BUDGET)
-        result = queries.search(
+        result = message_queries.search(
             self.deployment, self.clients, params.get("key", ""), params.get("cursor"), budget
         )
         return render.search_page(result, result.partition_ids, budget, self.where)
 
     def groups(self, _params: dict[str, str]) -> str:
-        names = queries.list_groups(self.deployment, self.clients)
+        names = group_queries.list_groups(self.deployment, self.clients)
         return render.groups_page(names, self.where)
 
     def group(self, params: dict[str, str]) -> str:
-        view = queries.group(
+        view = group_queries.group(
             self.deployment, self.clients, params.get("name", ""), self.clock.now_ms()
         )
         return render.group_page(view, self.where)
 
     def lake(self, _params: dict[str, str]) -> str:
-        return render.lake_page(queries.lake(self.deployment, self.clients), self.where)
+        return render.lake_page(lake_queries.lake(self.deployment, self.clients), self.where)
 
     # --- actions --------------------------------------------------------------------------
     def confirm_sync(self, _params: dict[str, str]) -> str:
