@@ -34,7 +34,7 @@ format: $(STAMP)
 # Two workers (this machine has two cores); infra and Spark tests stay on one worker each.
 # spark-archive and lambda-runtime: the tests that run the Spark jobs and the Lambda handlers
 # as shipped (docs/DEPLOY.md, "What is proven before you deploy"); both cached in build/.
-test: lint cdk-cli kclpy spark-archive lambda-runtime
+test: lint cdk-cli kclpy spark-archive lambda-runtime browser
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)
@@ -47,6 +47,17 @@ bench: $(STAMP)
 	$(BIN)/python bench/lambda_consumer.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/cost.py
+
+# Debian's Chromium and its ChromeDriver, which the console's browser tests drive headless
+# (tests/browser, through Selenium): installed with apt-get when missing (as root, else
+# through sudo); nothing is downloaded at test time.
+.PHONY: browser
+browser:
+	@if ! test -x /usr/bin/chromium || ! test -x /usr/bin/chromedriver; then \
+		sudo=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$sudo apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	fi
 
 # The smoke test of a deployed stack (docs/DEPLOY.md, "Smoke test"): run it after `cdk deploy`,
 # with the deployment's credentials and region (AWS_PROFILE, AWS_REGION). The stack is found

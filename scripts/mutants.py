@@ -54,6 +54,7 @@ IAM_REPLAY = ("tests/infra/test_iam_replay.py",)
 LAKE_MODEL = ("tests/functional/lake/test_model.py",)
 LAKE_COMMIT = ("tests/spark/test_lake_commit.py", *LAKE_MODEL)
 LAKE_MAINTENANCE = ("tests/spark/test_lake_maintenance.py", *LAKE_MODEL)
+CONSOLE = ("tests/functional/console",)
 CONSUMER_MODELS = (
     "tests/functional/consumer/test_model.py",
     "tests/functional/lambda_consumer/test_model.py",
@@ -520,6 +521,46 @@ MUTATIONS = (
         '    "dynamodb:Query",\n',
         "",
         IAM_REPLAY,
+    ),
+    Mutation(
+        "console-escape",
+        "the console's HTML escaping of every value (a record's key or data as markup)",
+        "shardlog/console/render.py",
+        'return html.escape("" if value is None else str(value), quote=True)',
+        'return "" if value is None else str(value)',
+        CONSOLE,
+    ),
+    Mutation(
+        "console-token",
+        "the token every state-changing request of the console must carry",
+        "shardlog/console/server.py",
+        'if not hmac.compare_digest(form.get("token", ""), self.token):',
+        "if False:",
+        CONSOLE,
+    ),
+    Mutation(
+        "console-host-header",
+        "the console's refusal of a request for another host (DNS rebinding)",
+        "shardlog/console/server.py",
+        'return host_header in {f"{h}:{self.port}" for h in LOOPBACK_HOSTS}',
+        "return True",
+        CONSOLE,
+    ),
+    Mutation(
+        "console-lag-on-demand",
+        "the overview's request bound: the ingest lag (Kinesis reads) only on demand",
+        "shardlog/console/server.py",
+        'lag=params.get("lag") == "1"',
+        "lag=True",
+        CONSOLE,
+    ),
+    Mutation(
+        "console-loopback",
+        "the console's refusal to listen beyond 127.0.0.1",
+        "shardlog/console/server.py",
+        "if host not in LOOPBACK_HOSTS:",
+        "if False:",
+        CONSOLE,
     ),
 )
 

@@ -314,7 +314,7 @@ def test_local_up_serves_the_api_on_the_requested_port(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "shardlog", "--state-file", str(state), "local", "up",
          "--port", str(aws_port), "--api-port", str(api_port), "--shards", "1",
-         "--max-seconds", "120"],
+         "--console-port", "0", "--max-seconds", "120"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
     try:
