@@ -38,3 +38,13 @@ def lake_table(monkeypatch: pytest.MonkeyPatch) -> str:
     table = f"shardlog_{uuid.uuid4().hex[:10]}.events"
     monkeypatch.setenv(C.ENV_LAKE_TABLE, table)
     return table
+
+
+@pytest.fixture
+def glue_answers_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyiceberg's Glue client resends a refused connection 10 times, with botocore's
+    backoff (up to 20 s a wait): for a catalog a test makes unreachable on purpose, only the
+    error that follows matters, so it comes after one attempt."""
+    from pyiceberg.catalog import glue
+
+    monkeypatch.setattr(glue, "MAX_RETRIES", 0)
