@@ -31,7 +31,8 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Two workers (this machine has two cores); infra and Spark tests stay on one worker each.
+# Two workers (this machine has two cores); the tests that share the synthesized stack, and
+# those that share the local SparkSession, stay on one worker each (tests/conftest.py).
 # spark-archive and lambda-runtime: the tests that run the Spark jobs and the Lambda handlers
 # as shipped (docs/DEPLOY.md, "What is proven before you deploy"); both cached in build/.
 # What the tests need is made side by side (downloads overlap lint's CPU), each one's output
