@@ -41,19 +41,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = shared[0] if shared else module
         for test in tests:
             test.add_marker(pytest.mark.xdist_group(group))
-            if config.getvalue("loadgroup"):  # an xdist worker of `--dist loadgroup`
-                _suffix_group(test, group)
+    if getattr(config.option, "loadgroup", False):  # an xdist worker of `--dist loadgroup`
+        for item in items:
+            _suffix_groups(item)
 
 
-def _suffix_group(item: pytest.Item, group: str) -> None:
-    """Name the item ``<nodeid>@<group>``, the name xdist's scheduler groups by. xdist 3.8
-    writes it to ``item._nodeid``, which pytest 9.2 no longer reads (its node ids live in
-    ``_id``): without this every test was scheduled alone, and each worker built the
-    synthesized stack, the deployment and a SparkSession of its own."""
-    from _pytest.nodeid import NodeId
-
-    if "@" not in item.nodeid.rsplit("]", 1)[-1]:
-        item._id = NodeId.parse(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
+def _suffix_groups(item: pytest.Item) -> None:
+    """Name a grouped item ``<nodeid>@<groups>``, the name xdist's scheduler groups by (any
+    ``xdist_group`` mark: these, a module's ``pytestmark``). xdist 3.8 writes it to
+    ``item._nodeid``, which pytest 9.2 no longer reads (its node ids live in ``_id``): without
+    this every test was scheduled alone, and each worker built the synthesized stack, the
+    deployment and a SparkSession of its own."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # an older pytest: xdist's own suffix holds
+        return
+    names = {
+        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        for mark in item.iter_markers("xdist_group")
+    }
+    suffix = "@" + "_".join(sorted(names))
+    if names and not item.nodeid.endswith(suffix):
+        item._id = NodeId.parse(item.nodeid + suffix)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")
