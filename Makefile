@@ -31,10 +31,15 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Two workers (this machine has two cores); infra and Spark tests stay on one worker each.
+# Two workers (this machine has two cores); the tests that share the synthesized stack, and
+# those that share the local SparkSession, stay on one worker each (tests/conftest.py).
 # spark-archive and lambda-runtime: the tests that run the Spark jobs and the Lambda handlers
 # as shipped (docs/DEPLOY.md, "What is proven before you deploy"); both cached in build/.
-test: lint cdk-cli kclpy spark-archive lambda-runtime browser
+# What the tests need is made side by side (downloads overlap lint's CPU), each one's output
+# kept together.
+TEST_NEEDS := lint cdk-cli kclpy spark-archive lambda-runtime browser
+test:
+	$(MAKE) --no-print-directory -j 3 --output-sync=target $(TEST_NEEDS)
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)

@@ -388,6 +388,22 @@ MUTATIONS = (
         ("tests/unit/test_compaction_file_check.py", *SPARK),
     ),
     Mutation(
+        "lake-schema-check",
+        "opening the lake table only when its columns are the declared ones (type, required)",
+        "shardlog/lake/schema.py",
+        "elif have.field_type != want.kind or have.required != want.required:",
+        "elif False:",
+        ("tests/unit/test_lake_schema.py", "tests/spark/test_compaction.py"),
+    ),
+    Mutation(
+        "lake-mapper-per-column",
+        "refusing a lake column declared without the mapper that fills it from a segment",
+        "shardlog/lake/files.py",
+        'problems = [f"column {n} has no mapper" for n in sorted(declared - mapped)]',
+        "problems: list[str] = []",
+        ("tests/unit/test_lake_schema.py",),
+    ),
+    Mutation(
         "group-position-at-creation",
         "a group's lease items created at the start positions fixed when it was created",
         "shardlog/consumer/creation.py",
