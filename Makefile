@@ -14,7 +14,7 @@ EXTRAS := local,dev,cdk,spark
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
+	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)

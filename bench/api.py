@@ -32,7 +32,9 @@ from shardlog.aws import Clients, RequestCounter
 from shardlog.config import ShardlogConfig
 from shardlog.local.embedded import EmbeddedAWS
 from shardlog.local.http_api import LocalApiServer
-from shardlog.producer import Producer, ProducerRecord, PutFailure
+from shardlog.outcomes import PutFailure
+from shardlog.producer import Producer
+from shardlog.records import ProducerRecord
 
 _streams = itertools.count()
 WARM_UP = 500  # records put before the clock starts

@@ -244,7 +244,7 @@ def ingest(endpoint: str, shape: Shape, meter: Meter, aws_request_ms: float,
            batches: int) -> M.Usage:  # fmt: skip
     from lambdas.ingest.handler import create_handler
     from lambdas.ingest.settings import IngestSettings
-    from shardlog.local.poller import LambdaContext
+    from shardlog.local.lambda_context import LambdaContext
 
     config = fresh_log(endpoint, "ingest")
     LAST_INGEST_CONFIG[:] = [config]

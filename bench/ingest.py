@@ -185,7 +185,7 @@ def handler_path(config: ShardlogConfig, records: list[IncomingRecord], batch: i
     the event parsing 0.87 ms a batch instead of 0.71)."""
     from lambdas.ingest.handler import create_handler
     from lambdas.ingest.settings import IngestSettings
-    from shardlog.local.poller import LambdaContext
+    from shardlog.local.lambda_context import LambdaContext
 
     clients, counter, cpu = counted(config)
     handle = create_handler(

@@ -30,7 +30,6 @@ from shardlog.clock import SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
 from shardlog.format import IncomingRecord, LogRecord
-from shardlog.lambda_consumer.invoke import LocalInvoker
 from shardlog.lambda_consumer.registration import register
 from shardlog.lambda_consumer.runner import Runner
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
@@ -38,6 +37,7 @@ from shardlog.lambda_consumer.wake import WakeSender, wake_queue_name
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
+from shardlog.local.lambda_context import LocalInvoker
 from shardlog.partitions import initial_state
 from shardlog.tables import Update, n, partition_key, s, update_item
 from shardlog.writer import LogWriter, WriterSettings

@@ -40,9 +40,13 @@ from constructs import Construct
 from infra import constants as IC
 from infra.functions import FunctionSpec, ShardlogFunction
 from infra.storage import Storage, failure_queue, name_in_key_policy, own_items
-from lambdas.group_registration.settings import RESOURCE_TYPE, group_properties
 from shardlog import constants as C
-from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
+from shardlog.lambda_consumer.settings import (
+    RESOURCE_TYPE,
+    LambdaConsumerSettings,
+    RunnerSettings,
+    group_properties,
+)
 
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
 # The waker reads the partitions table's stream (its event source) and, for the sweep, the

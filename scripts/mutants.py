@@ -354,7 +354,7 @@ MUTATIONS = (
     Mutation(
         "orphan-statistics-referenced",
         "statistics files the table's metadata names counting as referenced",
-        "shardlog/lake/maintenance.py",
+        "shardlog/lake/references.py",
         "files |= {stats.statistics_path for stats in metadata.statistics}",
         "files |= set()",
         ("tests/spark/test_lake_maintenance.py",),
@@ -512,6 +512,22 @@ MUTATIONS = (
         '"glue:CreateTable", "glue:UpdateTable"]',
         '"glue:CreateTable"]',
         IAM_REPLAY,
+    ),
+    Mutation(
+        "busy-api-port-named",
+        "the producer API's bind turning a port in use into the error naming --api-port",
+        "shardlog/local/http_api.py",
+        "with listening(PRODUCER_API, self.host, self.port):",
+        "if True:",
+        ("tests/functional/cli/test_busy_port.py",),
+    ),
+    Mutation(
+        "local-up-stops-on-failure",
+        "`shardlog local up` stopping what already started when a later part cannot start",
+        "shardlog/local/runtime.py",
+        "        except BaseException:\n            self.stop()\n            raise",
+        "        except BaseException:\n            raise",
+        ("tests/functional/cli/test_busy_port.py",),
     ),
     Mutation(
         "iam-worker-lease-query",

@@ -48,7 +48,8 @@ from shardlog import constants as C
 from shardlog.api_client import HEALTH_PATH, RECORDS_PATH
 from shardlog.aws import Clients
 from shardlog.clock import Clock
-from shardlog.producer import Outcome, Producer, PutResult
+from shardlog.outcomes import Outcome, PutResult
+from shardlog.producer import Producer
 
 METRIC_API_REQUESTS = "ApiRequests"
 METRIC_API_RECORDS_PUT = "ApiRecordsPut"

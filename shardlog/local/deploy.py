@@ -132,7 +132,7 @@ def run_group_registrations(
     handler (in-process) with a Create request; returns the groups registered."""
     from lambdas.group_registration.handler import create_handler
     from lambdas.group_registration.settings import RegistrationSettings
-    from shardlog.local.poller import LambdaContext
+    from shardlog.local.lambda_context import LambdaContext
 
     cfn, lam = clients.client("cloudformation"), clients.client("lambda")
     registered = []

@@ -39,7 +39,8 @@ from shardlog.clock import Clock, SystemClock
 from shardlog.exceptions import ConfigurationError
 from shardlog.local.event_sources import DynamoDbStreamSource, SqsEventSource
 from shardlog.local.http_api import LocalApiServer
-from shardlog.local.poller import EventSourcePoller, EventSourceSettings, LambdaContext
+from shardlog.local.lambda_context import LambdaContext
+from shardlog.local.poller import EventSourcePoller, EventSourceSettings
 from shardlog.stack import DeployedStack
 from shardlog.tables import TableNames, Tables
 
@@ -182,7 +183,7 @@ class DeployedRuntime:
         from lambdas.consumer_waker.settings import WakerSettings
         from lambdas.lambda_consumer.handler import create_handler as create_runner
         from lambdas.lambda_consumer.settings import runner_settings_from_env
-        from shardlog.lambda_consumer.invoke import LocalInvoker
+        from shardlog.local.lambda_context import LocalInvoker
 
         runners = [f for f in self.functions if f.handler == RUNNER]
         for runner in runners:

@@ -1,6 +1,6 @@
 """Lambda consumer groups on the embedded AWS, with no Docker: the same waker and runner
 handlers as on AWS, their event sources emulated in-process, and the group's function
-called in-process (``LocalInvoker``).
+called in-process (``LocalInvoker``, shardlog/local/lambda_context.py).
 
 Each group is registered first (its start position fixed per partition, as a deploy's
 custom resource does). Per group: an SQS FIFO wake queue (with a dead-letter queue), an
@@ -26,11 +26,11 @@ from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ConfigurationError, ValidationError
-from shardlog.lambda_consumer.invoke import LocalInvoker
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
 from shardlog.lambda_consumer.wake import wake_queue_name
 from shardlog.local import principals, request_log
 from shardlog.local.event_sources import DynamoDbStreamSource, SqsEventSource
+from shardlog.local.lambda_context import LocalInvoker
 
 Function = Callable[[dict[str, Any], Any], Any]
 # As the stack builds them (tests/infra/test_parity.py holds the two together).
@@ -311,6 +311,6 @@ def _safe(group: str) -> str:
 
 
 def _context(function_name: str, clients: Clients) -> Any:
-    from shardlog.local.poller import LambdaContext
+    from shardlog.local.lambda_context import LambdaContext
 
     return LambdaContext(function_name, region=clients.region)

@@ -62,6 +62,14 @@ class LocalRuntime:
         self.shard_sync: ShardSync
 
     def start(self) -> LocalRuntime:
+        """Start everything; on a failure (a port in use, say), stop what already started."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> LocalRuntime:
         # The handlers run in this process, not a Lambda sandbox.
         quiet_powertools()
         endpoint = self.aws.start()

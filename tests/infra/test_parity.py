@@ -173,7 +173,8 @@ def test_local_registration_sends_what_the_stack_declares(synth: Synthesized) ->
     """`shardlog local up` registers each group through the same handler, with the Create
     request the stack's custom resource makes, and the same settings from the same names."""
     from lambdas.group_registration.handler import create_event
-    from lambdas.group_registration.settings import RESOURCE_TYPE, RegistrationSettings
+    from lambdas.group_registration.settings import RegistrationSettings
+    from shardlog.lambda_consumer.settings import RESOURCE_TYPE
 
     consumers = synth.stack.lambda_consumers
     assert consumers.registration is not None

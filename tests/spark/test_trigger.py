@@ -18,7 +18,7 @@ from lambdas.spark_trigger.settings import SparkTriggerSettings
 from shardlog import constants as C
 from shardlog.exceptions import ConfigurationError
 from shardlog.local.emr_serverless import LOG_ROOT
-from shardlog.local.poller import LambdaContext
+from shardlog.local.lambda_context import LambdaContext
 from shardlog.local.spark import provision_spark
 from shardlog.spark.jobs import DEPS_ALIAS, EMR_PYTHON
 from shardlog.spark.trigger import TERMINAL_STATES, client_token

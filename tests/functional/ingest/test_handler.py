@@ -20,7 +20,7 @@ from shardlog.exceptions import (
     LeaseLostError,
 )
 from shardlog.lease import LeaseManager
-from shardlog.local.poller import LambdaContext
+from shardlog.local.lambda_context import LambdaContext
 from shardlog.tables import partition_key
 from tests.support.aws import AwsEnv
 from tests.support.readback import log_kinesis_seqs

@@ -18,7 +18,7 @@ from lambdas.group_registration.settings import RegistrationSettings
 from shardlog.clock import ManualClock
 from shardlog.consumer.creation import read_group
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings
-from shardlog.local.poller import LambdaContext
+from shardlog.local.lambda_context import LambdaContext
 from shardlog.tables import Tables
 from tests.support.aws import AwsEnv
 from tests.support.factories import append, incoming_records

@@ -25,7 +25,7 @@ from shardlog.api_client import ApiClient
 from shardlog.clock import ManualClock
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import PutFailure, PutResult
+from shardlog.outcomes import PutFailure, PutResult
 from shardlog.reader import LogReader
 from shardlog.tables import Tables
 from tests.support.aws import unique_config

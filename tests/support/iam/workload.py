@@ -35,14 +35,15 @@ from shardlog import constants as C
 from shardlog.api_client import ApiClient
 from shardlog.clock import ManualClock
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
-from shardlog.demo import reshard
 from shardlog.format import LogRecord
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings
 from shardlog.local import principals, request_log
+from shardlog.local.demo import reshard
 from shardlog.local.lambda_consumers import LocalGroup
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.spark import provision_spark
-from shardlog.producer import Producer, ProducerRecord
+from shardlog.producer import Producer
+from shardlog.records import ProducerRecord
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.trigger import SparkTarget, SparkTrigger
 from shardlog.tables import Tables
@@ -280,7 +281,7 @@ def _wait_run(runtime: Any, target: SparkTarget, run_id: str) -> str:
 
 
 def _context() -> Any:
-    from shardlog.local.poller import LambdaContext
+    from shardlog.local.lambda_context import LambdaContext
 
     return LambdaContext("shardlog-spark-trigger")
 
