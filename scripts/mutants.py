@@ -500,7 +500,7 @@ MUTATIONS = (
     Mutation(
         "iam-trigger-pass-role",
         "the Spark trigger's iam:PassRole of the execution role (StartJobRun passes it)",
-        "infra/analytics.py",
+        "infra/spark_runtime.py",
         'actions=["iam:PassRole"],',
         'actions=["iam:GetRole"],',
         IAM_REPLAY,
@@ -508,7 +508,7 @@ MUTATIONS = (
     Mutation(
         "iam-spark-lake-commit",
         "the Spark jobs' glue:UpdateTable (the lake table's commit)",
-        "infra/analytics.py",
+        "infra/lake_catalog.py",
         '"glue:CreateTable", "glue:UpdateTable"]',
         '"glue:CreateTable"]',
         IAM_REPLAY,

@@ -9,8 +9,7 @@ import pytest
 from aws_cdk import App
 
 from infra import constants as IC
-from infra.analytics import AnalyticsSettings
-from infra.settings import SettingsError, StackSettings
+from infra.settings import AnalyticsSettings, SettingsError, StackSettings
 from lambdas.ingest.settings import IngestSettings
 from lambdas.shard_sync.settings import ShardSyncSettings
 from lambdas.spark_trigger.settings import SparkTriggerSettings
