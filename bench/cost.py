@@ -243,7 +243,7 @@ LAST_INGEST_CONFIG: list[ShardlogConfig] = []
 def ingest(endpoint: str, shape: Shape, meter: Meter, aws_request_ms: float,
            batches: int) -> M.Usage:  # fmt: skip
     from lambdas.ingest.handler import create_handler
-    from lambdas.ingest.settings import IngestSettings
+    from shardlog.function_settings import IngestSettings
     from shardlog.local.lambda_context import LambdaContext
 
     config = fresh_log(endpoint, "ingest")
@@ -251,8 +251,7 @@ def ingest(endpoint: str, shape: Shape, meter: Meter, aws_request_ms: float,
     handle = create_handler(
         IngestSettings(
             bucket=config.bucket,
-            partitions_table=config.partitions_table,
-            consumers_table=config.consumers_table,
+            tables=config.tables,
         ),
         config.clients(),
     )

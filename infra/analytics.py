@@ -29,7 +29,7 @@ from infra.functions import encrypted_log_group
 from infra.settings import AnalyticsSettings, StackSettings
 from infra.spark_runtime import SPARK_JOBS_DIR
 from infra.storage import Storage
-from shardlog import constants as C
+from shardlog.function_settings import SparkTriggerSettings
 from shardlog.spark.jobs import ANALYTICS, COMPACT, MAINTAIN
 
 __all__ = ["SPARK_JOBS_DIR", "Analytics"]
@@ -117,17 +117,16 @@ class Analytics(Construct):
         )
 
     def _trigger_environment(self) -> dict[str, str]:
-        storage = self.storage
-        return {
-            C.ENV_EMR_APPLICATION_ID: self.application.attr_application_id,
-            C.ENV_EMR_EXECUTION_ROLE_ARN: self.execution_role.role_arn,
-            C.ENV_SPARK_JOBS_URI: self.job_script_uri(""),
-            C.ENV_SPARK_DEPS_URI: self.deps_archive_uri or "",
-            C.ENV_BUCKET_NAME: storage.bucket.bucket_name,
-            C.ENV_PARTITIONS_TABLE: storage.partitions_table.table_name,
-            C.ENV_CONSUMERS_TABLE: storage.consumers_table.table_name,
-            C.ENV_COMPACTION_MAX_RECORDS: str(self.settings.compaction_max_records),
-        }
+        return SparkTriggerSettings.for_stack(
+            application_id=self.application.attr_application_id,
+            execution_role_arn=self.execution_role.role_arn,
+            spark_jobs_uri=self.job_script_uri(""),
+            # None without the archive: the trigger then refuses to start runs, loudly.
+            spark_deps_uri=self.deps_archive_uri,
+            bucket=self.storage.bucket.bucket_name,
+            tables=self.storage.tables,
+            compaction_max_records=self.settings.compaction_max_records,
+        ).environment()
 
     @property
     def application_arn(self) -> str:

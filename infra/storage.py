@@ -23,6 +23,7 @@ from constructs import Construct
 from infra.buckets import hardened_bucket
 from infra.settings import StackSettings
 from shardlog import constants as C
+from shardlog.tables import TableNames
 
 STRING = dynamodb.AttributeType.STRING  # every key attribute of shardlog is a string
 # Old object versions only exist after an overwrite or delete (the log never overwrites;
@@ -111,6 +112,11 @@ class Storage(Construct):
             sort_key=C.ATTR_PARTITION_ID,
         )
         self.stream = self._stream()
+
+    @property
+    def tables(self) -> TableNames:
+        """The log's tables by their deployed names (tokens until deployed)."""
+        return TableNames(self.partitions_table.table_name, self.consumers_table.table_name)
 
     def _data_key(self) -> kms.Key:
         return kms.Key(

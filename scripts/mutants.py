@@ -514,6 +514,15 @@ MUTATIONS = (
         IAM_REPLAY,
     ),
     Mutation(
+        "settings-both-tables",
+        "a function's settings requiring both table names (TableNames' local defaults never "
+        "fill in a deployment's)",
+        "shardlog/settings.py",
+        "            if not value.get(field):",
+        "            if False:",
+        ("tests/unit/test_function_settings.py",),
+    ),
+    Mutation(
         "busy-api-port-named",
         "the producer API's bind turning a port in use into the error naming --api-port",
         "shardlog/local/http_api.py",

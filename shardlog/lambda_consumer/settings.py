@@ -3,6 +3,7 @@ validated once (at synth, at the runner's cold start, at `shardlog local up`).""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from enum import StrEnum
@@ -15,7 +16,7 @@ from shardlog import constants as C
 from shardlog.consumer.positions import StartPosition
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ConfigurationError, ValidationError
-from shardlog.settings import BucketName, TableName
+from shardlog.settings import BucketName, Tables
 
 # An on-failure destination: an SQS queue, an SNS topic or an S3 bucket (Lambda's three).
 DESTINATION_ARN = re.compile(
@@ -134,12 +135,32 @@ class RunnerSettings(BaseModel):
 
     consumer: LambdaConsumerSettings
     bucket: BucketName
-    partitions_table: TableName
-    consumers_table: TableName
+    tables: Tables
     wake_queue_url: str = Field(min_length=1)
     # The event's eventSourceARN: the log's Kinesis stream (records carry log seqs).
     event_source_arn: str = Field(min_length=1)
     region: str = C.DEFAULT_REGION
+
+    @property
+    def consumers_table(self) -> str:
+        """The table of the group's leases and checkpoints (the runner's reads name it)."""
+        return self.tables.consumers
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RunnerSettings:
+        """The runner's settings: one JSON document in SHARDLOG_LAMBDA_CONSUMER, written by
+        the CDK construct from this model, validated at cold start."""
+        env = os.environ if environ is None else environ
+        raw = env.get(C.ENV_LAMBDA_CONSUMER)
+        if not raw:
+            raise ConfigurationError(f"{C.ENV_LAMBDA_CONSUMER} is not set: the runner has no group")
+        try:
+            return cls.model_validate_json(raw)
+        except PydanticValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise ConfigurationError(f"invalid {C.ENV_LAMBDA_CONSUMER}: {problems}") from exc
 
 
 # --- the group as the properties of its registration (the custom resource) ----------------

@@ -117,7 +117,7 @@ class LocalRuntime:
 
     def _build_api_handler(self) -> Callable[[dict[str, Any], Any], Any]:
         from lambdas.producer_api.handler import create_handler
-        from lambdas.producer_api.settings import ProducerApiSettings
+        from shardlog.function_settings import ProducerApiSettings
 
         settings = ProducerApiSettings(stream_name=self.config.stream_name)
         clients = self.config.clients(principals.function(create_handler.__module__))
@@ -125,12 +125,11 @@ class LocalRuntime:
 
     def _build_handler(self, ingest_clients: Clients) -> Callable[[dict[str, Any], Any], Any]:
         from lambdas.ingest.handler import create_handler
-        from lambdas.ingest.settings import IngestSettings
+        from shardlog.function_settings import IngestSettings
 
         settings = IngestSettings(
             bucket=self.config.bucket,
-            partitions_table=self.config.partitions_table,
-            consumers_table=self.config.consumers_table,
+            tables=self.config.tables,
             lease_duration_ms=self.lease_duration_ms,
             segment_max_records=self.segment_max_records,
             segment_max_bytes=self.segment_max_bytes,

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from lambdas.producer_api import handler as handler_module
-from lambdas.producer_api.settings import ProducerApiSettings
 from shardlog import constants as C
 from shardlog.exceptions import ConfigurationError
+from shardlog.function_settings import ProducerApiSettings
 from shardlog.local.lambda_context import LambdaContext
 
 

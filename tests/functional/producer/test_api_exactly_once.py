@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lambdas.producer_api.handler import create_handler
-from lambdas.producer_api.settings import ProducerApiSettings
 from shardlog.api_client import ApiClient
 from shardlog.clock import ManualClock
+from shardlog.function_settings import ProducerApiSettings
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
 from shardlog.outcomes import PutFailure, PutResult

@@ -219,7 +219,7 @@ def _runners_idle(runtime: Any) -> bool:
 def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames) -> None:
     """The trigger handler starts each job as its schedule would; compaction first."""
     from lambdas.spark_trigger.handler import create_handler
-    from lambdas.spark_trigger.settings import SparkTriggerSettings
+    from shardlog.function_settings import SparkTriggerSettings
 
     target = provision_spark(runtime.clients)
     _lake_as_the_stack_leaves_it(runtime)
@@ -229,8 +229,7 @@ def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames) -> None:
         spark_jobs_uri=target.scripts_uri,
         spark_deps_uri=f"{target.scripts_uri}deps.tar.gz",
         bucket=runtime.config.bucket,
-        partitions_table=runtime.config.partitions_table,
-        consumers_table=runtime.config.consumers_table,
+        tables=runtime.config.tables,
     )
     trigger = create_handler(
         settings, runtime.config.clients(principals.function(create_handler.__module__))
