@@ -15,6 +15,7 @@ from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.lake.settings import LakeSettings
 from shardlog.local import principals
+from shardlog.local.checkout import require_checkout
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.http_api import LocalApiServer
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
@@ -70,6 +71,7 @@ class LocalRuntime:
             raise
 
     def _start(self) -> LocalRuntime:
+        require_checkout()
         # The handlers run in this process, not a Lambda sandbox.
         quiet_powertools()
         endpoint = self.aws.start()

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from shardlog import constants as C
 from shardlog.cli.main import cli
 
 
@@ -24,10 +26,16 @@ def busy_port() -> Iterator[int]:
 
 
 def local_up(state: Path, *ports: str) -> tuple[int, list[str]]:
-    result = CliRunner().invoke(
-        cli,
-        ["--state-file", str(state), "local", "up", "--shards", "1", "--max-seconds", "0", *ports],
-    )
+    """In this process, with names of its own: moto's state is per process, and what the
+    runtime provisioned before the API's port failed stays there."""
+    suffix = uuid.uuid4().hex[:8]
+    names = ["--stream", f"busy-{suffix}", "--bucket", f"busy-{suffix}"]
+    tables = {
+        C.ENV_PARTITIONS_TABLE: f"busy-partitions-{suffix}",
+        C.ENV_CONSUMERS_TABLE: f"busy-consumers-{suffix}",
+    }
+    command = ["local", "up", "--shards", "1", "--max-seconds", "0", *ports]
+    result = CliRunner().invoke(cli, [*names, "--state-file", str(state), *command], env=tables)
     return result.exit_code, result.stderr.strip().splitlines()
 
 
