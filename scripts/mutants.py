@@ -523,6 +523,15 @@ MUTATIONS = (
         ("tests/unit/test_function_settings.py",),
     ),
     Mutation(
+        "local-up-needs-checkout",
+        "`shardlog local up` refusing, before anything starts, when the handlers cannot be "
+        "imported (the wheel alone)",
+        "shardlog/local/runtime.py",
+        "        require_checkout()\n",
+        "",
+        ("tests/functional/cli/test_local_up_checkout.py",),
+    ),
+    Mutation(
         "busy-api-port-named",
         "the producer API's bind turning a port in use into the error naming --api-port",
         "shardlog/local/http_api.py",
