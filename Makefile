@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
+	# The wheel holds the package shardlog only: the handlers, the Spark jobs and the CDK app
+	# are imported from this checkout (the local runtime runs the handlers in-process).
+	echo "$(CURDIR)" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/shardlog-checkout.pth"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -108,16 +108,15 @@ LAST_INGEST_CONFIG: list[ShardlogConfig] = []
 def ingest(endpoint: str, shape: Shape, meter: Meter, aws_request_ms: float,
            batches: int) -> M.Usage:  # fmt: skip
     from lambdas.ingest.handler import create_handler
-    from lambdas.ingest.settings import IngestSettings
-    from shardlog.local.poller import LambdaContext
+    from shardlog.function_settings import IngestSettings
+    from shardlog.local.lambda_context import LambdaContext
 
     config = fresh_log(endpoint, "ingest")
     LAST_INGEST_CONFIG[:] = [config]
     handle = create_handler(
         IngestSettings(
             bucket=config.bucket,
-            partitions_table=config.partitions_table,
-            consumers_table=config.consumers_table,
+            tables=config.tables,
         ),
         config.clients(),
     )

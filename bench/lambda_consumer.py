@@ -32,7 +32,6 @@ from shardlog.clock import SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
 from shardlog.format import IncomingRecord, LogRecord
-from shardlog.lambda_consumer.invoke import LocalInvoker
 from shardlog.lambda_consumer.registration import register
 from shardlog.lambda_consumer.runner import Runner
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
@@ -40,6 +39,7 @@ from shardlog.lambda_consumer.wake import WakeSender, wake_queue_name
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
+from shardlog.local.lambda_context import LocalInvoker
 from shardlog.partitions import initial_state
 from shardlog.tables import Update, n, partition_key, s, update_item
 from shardlog.writer import LogWriter, WriterSettings
@@ -112,8 +112,7 @@ def runner_for(
             group="bench", function_name="count", batch_size=batch_size
         ),
         bucket=config.bucket,
-        partitions_table=config.partitions_table,
-        consumers_table=config.consumers_table,
+        tables=config.tables,
         wake_queue_url=url,
         event_source_arn="arn:aws:kinesis:us-east-1:123456789012:stream/bench",
     )

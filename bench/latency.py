@@ -66,8 +66,9 @@ from shardlog.lambda_consumer.settings import LambdaConsumerSettings
 from shardlog.local.lambda_consumers import LocalGroup
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import Producer, ProducerRecord
+from shardlog.producer import Producer
 from shardlog.reader import LogReader
+from shardlog.records import ProducerRecord
 from shardlog.tables import Tables
 
 LOCAL_UP_SHARDS = 4  # `shardlog local up --shards` default

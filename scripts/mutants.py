@@ -355,7 +355,7 @@ MUTATIONS = (
     Mutation(
         "orphan-statistics-referenced",
         "statistics files the table's metadata names counting as referenced",
-        "shardlog/lake/maintenance.py",
+        "shardlog/lake/references.py",
         "files |= {stats.statistics_path for stats in metadata.statistics}",
         "files |= set()",
         ("tests/spark/test_lake_maintenance.py",),
@@ -517,7 +517,7 @@ MUTATIONS = (
     Mutation(
         "iam-trigger-pass-role",
         "the Spark trigger's iam:PassRole of the execution role (StartJobRun passes it)",
-        "infra/analytics.py",
+        "infra/spark_runtime.py",
         'actions=["iam:PassRole"],',
         'actions=["iam:GetRole"],',
         IAM_REPLAY,
@@ -525,10 +525,44 @@ MUTATIONS = (
     Mutation(
         "iam-spark-lake-commit",
         "the Spark jobs' glue:UpdateTable (the lake table's commit)",
-        "infra/analytics.py",
+        "infra/lake_catalog.py",
         '"glue:CreateTable", "glue:UpdateTable"]',
         '"glue:CreateTable"]',
         IAM_REPLAY,
+    ),
+    Mutation(
+        "settings-both-tables",
+        "a function's settings requiring both table names (TableNames' local defaults never "
+        "fill in a deployment's)",
+        "shardlog/settings.py",
+        "            if not value.get(field):",
+        "            if False:",
+        ("tests/unit/test_function_settings.py",),
+    ),
+    Mutation(
+        "local-up-needs-checkout",
+        "`shardlog local up` refusing, before anything starts, when the handlers cannot be "
+        "imported (the wheel alone)",
+        "shardlog/local/runtime.py",
+        "        require_checkout()\n",
+        "",
+        ("tests/functional/cli/test_local_up_checkout.py",),
+    ),
+    Mutation(
+        "busy-api-port-named",
+        "the producer API's bind turning a port in use into the error naming --api-port",
+        "shardlog/local/http_api.py",
+        "with listening(PRODUCER_API, self.host, self.port):",
+        "if True:",
+        ("tests/functional/cli/test_busy_port.py",),
+    ),
+    Mutation(
+        "local-up-stops-on-failure",
+        "`shardlog local up` stopping what already started when a later part cannot start",
+        "shardlog/local/runtime.py",
+        "        except BaseException:\n            self.stop()\n            raise",
+        "        except BaseException:\n            raise",
+        ("tests/functional/cli/test_busy_port.py",),
     ),
     Mutation(
         "iam-worker-lease-query",

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from dataclasses import replace
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,9 +20,12 @@ from shardlog.cli.console import DEFAULT_CONSOLE_PORT, start_console
 from shardlog.cli.consume import consume, echo_group_status
 from shardlog.cli.errors import DEBUG_OPTION, ShardlogGroup
 from shardlog.config import ShardlogConfig
-from shardlog.exceptions import ShardlogError, ValidationError
-from shardlog.producer import Outcome, Producer, PutResult, iter_json_records, validate_record
+from shardlog.exceptions import PortInUseError, ShardlogError, ValidationError
+from shardlog.local import ports
+from shardlog.outcomes import Outcome, PutResult
+from shardlog.producer import Producer
 from shardlog.reader import LogReader
+from shardlog.records import iter_json_records, validate_record
 from shardlog.shardsync import ShardSync
 from shardlog.status_rows import ingest_rows
 
@@ -98,7 +102,7 @@ def demo(
     records: int, keys: int, shards: int, segment_max_records: int, as_json: bool, spark: bool
 ) -> None:
     """Run the system on the embedded AWS: produce across a split and a merge, ingest, verify."""
-    from shardlog.demo import run_demo
+    from shardlog.local.demo import run_demo
 
     log = (lambda msg: click.echo(msg, err=True)) if not as_json else (lambda _m: None)
     with click.progressbar(
@@ -218,7 +222,7 @@ def local_up(
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with runtime:
+    with _ports_named(), runtime:
         runtime.run_in_background()
         click.echo(f"embedded AWS at {runtime.config.endpoint_url}")
         click.echo(f"producer API at {runtime.config.extra['apiUrl']} (Swagger UI: /docs)")
@@ -250,6 +254,22 @@ def _local_console(ctx: click.Context, config: ShardlogConfig, port: int) -> str
     url = start_console(server, "--console-port")
     ctx.call_on_close(server.shutdown)
     return url
+
+
+# The option that chooses each local server's port.
+PORT_OPTIONS = {ports.EMBEDDED_AWS: "--port", ports.PRODUCER_API: "--api-port"}
+
+
+@contextlib.contextmanager
+def _ports_named() -> Iterator[None]:
+    """A port in use is one line naming the option that moves it (exit 2), no traceback."""
+    try:
+        yield
+    except PortInUseError as exc:
+        option = PORT_OPTIONS.get(exc.what, "--port")
+        raise ShardlogError(
+            f"{exc}: stop what holds it or choose another with {option} (0: any free port)"
+        ) from exc
 
 
 def _lambda_groups(specs: tuple[str, ...]) -> list[Any]:

@@ -76,7 +76,6 @@ from shardlog.reader import LogReader
 from shardlog.tables import (
     Lease,
     PartitionInfo,
-    TableNames,
     Tables,
     Update,
     consumer_key,
@@ -198,7 +197,7 @@ class Runner:
         self.wakes = wakes
         self.clock = clock or SystemClock()
         self.function_arn = function_arn or self.consumer.function_name
-        names = TableNames(settings.partitions_table, settings.consumers_table)
+        names = settings.tables
         self.tables = Tables(clients, names)
         self.reader = LogReader(clients, settings.bucket, names, prefetch=2)
         self.leases = LeaseManager(

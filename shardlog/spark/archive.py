@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-EXCLUDED = ("shardlog/local", "shardlog/cli", "shardlog/demo.py", "shardlog/__main__.py")
+EXCLUDED = ("shardlog/local", "shardlog/cli", "shardlog/__main__.py")
 # Pinned (the versions the tests run with); numpy < 2 and pandas < 3 for pyspark 3.5's Arrow
 # path. pyiceberg's own dependencies follow from it at the versions pip resolves.
 THIRD_PARTY = (

@@ -27,7 +27,8 @@ from shardlog.config import ShardlogConfig
 from shardlog.exceptions import ValidationError
 from shardlog.idempotence import RECORD_ID_PATTERN, unwrap
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import FailureKind, ProducerRecord, PutFailure, PutResult
+from shardlog.outcomes import FailureKind, PutFailure, PutResult
+from shardlog.records import ProducerRecord
 from tests.support.api import ApiUnderTest, serve
 from tests.support.aws import stream_env, unique_config
 from tests.support.faults import THROTTLED, FaultyProducer, entries_where

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lambdas.producer_api.handler import openapi_json
-from lambdas.producer_api.openapi import main as openapi_main
+from scripts.openapi import main as openapi_main
 from shardlog import constants as C
 from shardlog.api_client import (
     LAMBDA_MAX_REQUEST_BYTES,
@@ -38,7 +38,7 @@ def served(endpoint_url: str) -> Iterator[ApiUnderTest]:
 
 def test_checked_in_document_is_what_the_routes_generate() -> None:
     assert DOC.read_text() == openapi_json(), (
-        "docs/openapi.json is stale: run .venv/bin/python -m lambdas.producer_api.openapi"
+        "docs/openapi.json is stale: run .venv/bin/python -m scripts.openapi"
     )
     assert openapi_main(["--check", str(DOC)]) == 0
 
