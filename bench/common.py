@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shardlog.config import ShardlogConfig
 from shardlog import constants as C
+from shardlog.config import ShardlogConfig
 from shardlog.lambda_consumer.events import kinesis_event_record
 from shardlog.local.quiet import quiet_powertools
 

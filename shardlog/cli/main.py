@@ -8,8 +8,8 @@ import json
 import signal
 import sys
 import threading
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
