@@ -234,3 +234,7 @@ THROTTLING_CODES: Final = frozenset(
         "SlowDown",
     }
 )
+
+# The EMR Serverless application `shardlog spark run` makes against the embedded AWS (local
+# runs); the console looks it up by this name.
+LOCAL_SPARK_APPLICATION: Final = "shardlog-spark"

@@ -11,8 +11,8 @@ import click
 from botocore.exceptions import ClientError
 
 from shardlog import constants as C
-from shardlog.cli.errors import explain
 from shardlog.config import ShardlogConfig
+from shardlog.explain import explain
 from shardlog.smoke import STEPS, SmokeReport, SmokeTest, StepResult
 from shardlog.smoke.counts import row_counter
 from shardlog.stack import DeployedStack, StackOutputsError

@@ -8,6 +8,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.console.queries import RUNS_PAGE, SNAPSHOTS_SHOWN, iso_ms
 from shardlog.console.source import Deployment
@@ -109,9 +110,7 @@ def last_runs(
 
 def _local_application(emr: Any) -> str | None:
     """Against the embedded AWS: the application `shardlog spark run` made, if any."""
-    from shardlog.local.spark import APPLICATION_NAME
-
     for application in emr.list_applications(maxResults=50).get("applications", []):
-        if application.get("name") == APPLICATION_NAME:
+        if application.get("name") == C.LOCAL_SPARK_APPLICATION:
             return str(application["id"])
     return None

@@ -17,7 +17,7 @@ Security:
 Errors: bad input (an unknown partition or group, a seq past the head, a malformed time) is
 a page with the message and a 4xx status; an error of the environment (no credentials,
 expired ones, a missing stack, table or endpoint) is a 503 page saying what to do
-(``shardlog.cli.errors.explain``, the CLI's own one-liners); anything else is a 500 page
+(``shardlog.explain.explain``, the CLI's own one-liners); anything else is a 500 page
 without a traceback (the traceback goes to the log).
 """
 
@@ -123,7 +123,7 @@ class Console:
         return self._answer(self.sync)
 
     def _answer(self, view: Callable[[], str]) -> Reply:
-        from shardlog.cli.errors import explain
+        from shardlog.explain import explain
 
         try:
             return Reply(200, view())

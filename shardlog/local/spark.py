@@ -27,7 +27,7 @@ from shardlog.spark.trigger import SparkTarget, SparkTrigger
 from shardlog.tables import Tables
 
 ARTIFACTS_BUCKET = "shardlog-artifacts"
-APPLICATION_NAME = "shardlog-spark"
+APPLICATION_NAME = C.LOCAL_SPARK_APPLICATION
 EXECUTION_ROLE_NAME = "shardlog-spark-execution"
 _ASSUME_ROLE = {
     "Version": "2012-10-17",

@@ -21,9 +21,9 @@ from botocore.exceptions import ClientError
 from click.testing import CliRunner, Result
 
 from shardlog import constants as C
-from shardlog.cli.errors import explain
 from shardlog.cli.main import cli
 from shardlog.config import ShardlogConfig
+from shardlog.explain import explain
 from tests.support.aws import AwsEnv
 from tests.support.cli import free_port
 from tests.support.factories import incoming_records, writer_for
