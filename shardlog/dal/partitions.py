@@ -263,8 +263,7 @@ class PartitionsTable:
         response = self.clients.dynamodb.update_item(
             TableName=self.names.partitions,
             Key=partition_key(partition_id),
-            UpdateExpression="ADD #next :one",
-            ExpressionAttributeNames={"#next": ATTR_NEXT_SEQUENCE_NUMBER},
+            UpdateExpression=f"ADD {ATTR_NEXT_SEQUENCE_NUMBER} :one",
             ExpressionAttributeValues={":one": n(1)},
             ReturnValues="UPDATED_NEW",
         )
