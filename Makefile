@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
+	# The wheel holds the package shardlog only: the handlers, the Spark jobs and the CDK app
+	# are imported from this checkout (the local runtime runs the handlers in-process).
+	echo "$(CURDIR)" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/shardlog-checkout.pth"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,10 +34,15 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Two workers (this machine has two cores); infra and Spark tests stay on one worker each.
+# Two workers (this machine has two cores); the tests that share the synthesized stack, and
+# those that share the local SparkSession, stay on one worker each (tests/conftest.py).
 # spark-archive and lambda-runtime: the tests that run the Spark jobs and the Lambda handlers
 # as shipped (docs/DEPLOY.md, "What is proven before you deploy"); both cached in build/.
-test: lint cdk-cli kclpy spark-archive lambda-runtime
+# What the tests need is made side by side (downloads overlap lint's CPU), each one's output
+# kept together.
+TEST_NEEDS := lint cdk-cli kclpy spark-archive lambda-runtime browser
+test:
+	$(MAKE) --no-print-directory -j 3 --output-sync=target $(TEST_NEEDS)
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)
@@ -47,6 +55,17 @@ bench: $(STAMP)
 	$(BIN)/python bench/lambda_consumer.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/cost.py
+
+# Debian's Chromium and its ChromeDriver, which the console's browser tests drive headless
+# (tests/browser, through Selenium): installed with apt-get when missing (as root, else
+# through sudo); nothing is downloaded at test time.
+.PHONY: browser
+browser:
+	@if ! test -x /usr/bin/chromium || ! test -x /usr/bin/chromedriver; then \
+		sudo=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$sudo apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	fi
 
 # The smoke test of a deployed stack (docs/DEPLOY.md, "Smoke test"): run it after `cdk deploy`,
 # with the deployment's credentials and region (AWS_PROFILE, AWS_REGION). The stack is found
@@ -69,7 +88,8 @@ soak: $(STAMP)
 mutants: $(STAMP)
 	$(BIN)/python scripts/mutants.py
 
-# README.md's "Measured" block, regenerated from the benchmarks (quick runs; FULL=1: full runs).
+# docs/PERFORMANCE.md's generated block, regenerated from the benchmarks (quick runs; FULL=1:
+# full runs; bench/report.py). README.md and the rest of docs/ are never written.
 .PHONY: measured
 measured: $(STAMP)
 	$(BIN)/python bench/report.py $(if $(FULL),--full)

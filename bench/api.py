@@ -26,13 +26,15 @@ from typing import Any
 import common  # first: makes the repository importable
 
 from lambdas.producer_api.handler import create_handler
-from lambdas.producer_api.settings import ProducerApiSettings
 from shardlog.api_client import ApiClient
 from shardlog.aws import Clients, RequestCounter
 from shardlog.config import ShardlogConfig
+from shardlog.function_settings import ProducerApiSettings
 from shardlog.local.embedded import EmbeddedAWS
 from shardlog.local.http_api import LocalApiServer
-from shardlog.producer import Producer, ProducerRecord, PutFailure
+from shardlog.outcomes import PutFailure
+from shardlog.producer import Producer
+from shardlog.records import ProducerRecord
 
 _streams = itertools.count()
 WARM_UP = 500  # records put before the clock starts

@@ -6,7 +6,6 @@ importable when the script runs as ``python bench/<name>.py``.
 
 from __future__ import annotations
 
-import base64
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,10 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from shardlog import constants as C
+from shardlog.config import ShardlogConfig
+from shardlog.lambda_consumer.events import kinesis_event_record
 from shardlog.local.quiet import quiet_powertools
 
 if TYPE_CHECKING:  # pragma: no cover
     from shardlog.format import IncomingRecord
+
+BENCH_STREAM_ARN = f"arn:aws:kinesis:{C.DEFAULT_REGION}:000000000000:stream/bench"
 
 # Handlers run in this process: no EMF lines on stdout, no X-Ray, warnings only.
 quiet_powertools()
@@ -28,22 +32,31 @@ def kinesis_event(shard_id: str, records: Sequence[IncomingRecord]) -> dict[str,
     """The event a Kinesis event source mapping hands the ingest handler for ``records``."""
     return {
         "Records": [
-            {
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": r.partition_key,
-                    "sequenceNumber": r.kinesis_sequence_number,
-                    "data": base64.b64encode(r.data).decode(),
-                    "approximateArrivalTimestamp": r.arrival_ms / 1000,
-                },
-                "eventSource": "aws:kinesis",
-                "eventID": f"{shard_id}:{r.kinesis_sequence_number}",
-                "eventName": "aws:kinesis:record",
-                "eventVersion": "1.0",
-            }
+            kinesis_event_record(
+                shard_id=shard_id,
+                partition_key=r.partition_key,
+                sequence_number=r.kinesis_sequence_number,
+                data=r.data,
+                arrival_s=r.arrival_ms / 1000,
+                event_source_arn=BENCH_STREAM_ARN,
+                region=C.DEFAULT_REGION,
+                invoke_identity_arn="arn:aws:iam::000000000000:role/bench-ingest",
+            )
             for r in records
         ]
     }
+
+
+def named_log(name: str, endpoint_url: str | None = None) -> ShardlogConfig:
+    """A log of its own: stream, bucket and tables named after ``name``, so runs in one
+    process (moto's state is per process) never share a stream, a bucket or a table."""
+    return ShardlogConfig(
+        stream_name=name,
+        bucket=name,
+        partitions_table=f"{name}-partitions",
+        consumers_table=f"{name}-consumers",
+        endpoint_url=endpoint_url,
+    )
 
 
 @dataclass

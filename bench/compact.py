@@ -32,11 +32,7 @@ from typing import Any
 
 import common  # first: makes the repository importable
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
+# isort: split
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -47,6 +43,7 @@ from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.segments import SegmentStore, segment_key
 from shardlog.spark.jobs import JobArgs
+from shardlog.spark.session import local_environment, local_session
 from shardlog.tables import Tables
 from shardlog.writer import LogWriter, WriterSettings
 
@@ -151,21 +148,11 @@ def bench_baseline(config: ShardlogConfig) -> Row:
 
 
 def spark_session() -> Any:
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("shardlog-bench-compact")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    """The one local configuration (``shardlog.spark.session``), as the tests and the
+    embedded AWS's job runs have it; its environment unless the caller set one."""
+    for name, value in local_environment(sys.executable).items():
+        os.environ.setdefault(name, value)
+    return local_session("shardlog-bench-compact")
 
 
 def bench_spark(spark: Any, config: ShardlogConfig) -> Row:
@@ -229,13 +216,7 @@ def bench_fresh_query(config: ShardlogConfig, extra: int, segment_records: int) 
 
 
 def new_log(aws: EmbeddedAWS, name: str, records: int, segment_records: int) -> ShardlogConfig:
-    config = ShardlogConfig(
-        bucket=f"bench-{name}",
-        partitions_table=f"bench-{name}-partitions",
-        consumers_table=f"bench-{name}-consumers",
-        stream_name=f"bench-{name}",
-        endpoint_url=aws.endpoint_url,
-    )
+    config = common.named_log(f"bench-{name}", aws.endpoint_url)
     provision(config.clients(), config, shard_count=1)
     write_log(config, records, segment_records)
     return config

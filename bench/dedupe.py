@@ -30,7 +30,7 @@ import json
 import time
 from typing import Any
 
-import common  # noqa: F401  (first: the repository importable)
+import common  # first: the repository importable
 
 from shardlog import constants as C
 from shardlog.aws import RequestCounter
@@ -122,13 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     segments = args.window_segments + args.older_segments
     with EmbeddedAWS() as aws:
-        config = ShardlogConfig(
-            stream_name="dedupe-bench",
-            bucket="shardlog-dedupe-bench",
-            partitions_table="dedupe-bench-partitions",
-            consumers_table="dedupe-bench-consumers",
-            endpoint_url=aws.endpoint_url,
-        )
+        config = common.named_log("dedupe-bench", aws.endpoint_url)
         provision(config.clients(), config, shard_count=1)
         original = build(config, segments, args.records_per_segment)
         top = SEQUENCE_BASE + 10 * (segments * args.records_per_segment + 10)

@@ -185,15 +185,14 @@ def handler_path(config: ShardlogConfig, records: list[IncomingRecord], batch: i
     not one built minutes earlier (whose 1,000 record dicts, cold in the CPU's caches, made
     the event parsing 0.87 ms a batch instead of 0.71)."""
     from lambdas.ingest.handler import create_handler
-    from lambdas.ingest.settings import IngestSettings
-    from shardlog.local.poller import LambdaContext
+    from shardlog.function_settings import IngestSettings
+    from shardlog.local.lambda_context import LambdaContext
 
     clients, counter, cpu = counted(config)
     handle = create_handler(
         IngestSettings(
             bucket=config.bucket,
-            partitions_table=config.partitions_table,
-            consumers_table=config.consumers_table,
+            tables=config.tables,
         ),
         clients,
     )

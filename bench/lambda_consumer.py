@@ -25,13 +25,14 @@ import threading
 import time
 from typing import Any
 
+import common  # first: the repository importable
+
 from shardlog.aws import RequestCounter
 from shardlog.clock import SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
 from shardlog.dal.partitions import PartitionsTable
 from shardlog.format import IncomingRecord, LogRecord
-from shardlog.lambda_consumer.invoke import LocalInvoker
 from shardlog.lambda_consumer.registration import register
 from shardlog.lambda_consumer.runner import Runner
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
@@ -39,6 +40,7 @@ from shardlog.lambda_consumer.wake import WakeSender, wake_queue_name
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
+from shardlog.local.lambda_context import LocalInvoker
 from shardlog.writer import LogWriter, WriterSettings
 
 PARTITION = "shardId-000000000000"
@@ -96,8 +98,7 @@ def runner_for(
             group="bench", function_name="count", batch_size=batch_size
         ),
         bucket=config.bucket,
-        partitions_table=config.partitions_table,
-        consumers_table=config.consumers_table,
+        tables=config.tables,
         wake_queue_url=url,
         event_source_arn="arn:aws:kinesis:us-east-1:123456789012:stream/bench",
     )
@@ -253,13 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         provision(config.clients(), config, shard_count=1)
         throughput_rows = throughput(config, args.records, args.batch_size)
         # A log of its own: the groups must not start with the throughput backlog.
-        fresh = ShardlogConfig(
-            stream_name="latency-events",
-            bucket="latency-log",
-            partitions_table="latency-partitions",
-            consumers_table="latency-consumers",
-            endpoint_url=aws.endpoint_url,
-        )
+        fresh = common.named_log("latency", aws.endpoint_url)
         provision(fresh.clients(), fresh, shard_count=1)
         latency_rows = latency(fresh, args.commits, args.per_commit, args.interval_ms)
     if args.json:

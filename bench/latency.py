@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import common  # noqa: F401  (first: the repository importable, Powertools quiet)
+import common  # first: the repository importable, Powertools quiet
 
 from shardlog import constants as C
 from shardlog.config import ShardlogConfig
@@ -66,8 +66,9 @@ from shardlog.lambda_consumer.settings import LambdaConsumerSettings
 from shardlog.local.lambda_consumers import LocalGroup
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import Producer, ProducerRecord
+from shardlog.producer import Producer
 from shardlog.reader import LogReader
+from shardlog.records import ProducerRecord
 from shardlog.tables import Tables
 
 LOCAL_UP_SHARDS = 4  # `shardlog local up --shards` default
@@ -325,12 +326,7 @@ def run_once(
     tag = f"{rate}-{window_ms}-{uuid.uuid4().hex[:6]}"
     runtime = LocalRuntime(
         # Fresh names per run: moto's state is per process, shared by every run's server.
-        ShardlogConfig(
-            stream_name=f"latency-{tag}",
-            bucket=f"latency-{tag}",
-            partitions_table=f"latency-{tag}-partitions",
-            consumers_table=f"latency-{tag}-consumers",
-        ),
+        common.named_log(f"latency-{tag}"),
         shard_count=shards,
         api_port=None,
         event_source=EventSourceSettings(batching_window_ms=window_ms),

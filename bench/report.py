@@ -1,14 +1,15 @@
-"""Regenerate README.md's "Measured" figures from the benchmarks' own output.
+"""Regenerate docs/PERFORMANCE.md's measured figures from the benchmarks' own output.
 
 Runs bench/speed.py (this machine's speed, printed beside the date), bench/ingest.py (always
 its full run: its ratios are goals), bench/latency.py and bench/cost.py (quick modes unless
---full), bench/compact.py (200,000 records; 1,000,000 with --full), each writing JSON, and
-rewrites the
-block between ``<!-- measured:begin -->`` and ``<!-- measured:end -->`` in README.md:
-dated, with the machine (cores, RAM, Python, load average when it started: other work on
-the machine shows in the figures). Nothing else in README.md changes. Exits non-zero when
-a benchmark fails its own correctness check.
-Usage: python bench/report.py [--full] [--readme PATH] [--dry-run]
+--full), bench/compact.py (200,000 records; 1,000,000 with --full), each writing JSON, keeps
+what they measured in build/bench/report.json, and rewrites the block between
+``<!-- measured:begin -->`` and ``<!-- measured:end -->`` in docs/PERFORMANCE.md: dated, with
+the machine (cores, RAM, Python, load average when it started: other work on the machine
+shows in the figures). Nothing else changes: not the rest of the page, not README.md.
+``--from-results`` renders a kept report.json again without running anything. Exits non-zero
+when a benchmark fails its own correctness check.
+Usage: python bench/report.py [--full] [--root DIR] [--from-results JSON] [--dry-run]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"
 BEGIN = "<!-- measured:begin -->"
 END = "<!-- measured:end -->"
+PAGE = Path("docs") / "PERFORMANCE.md"  # the only file this script writes
 
 
 def run(script: str, *args: str) -> str:
@@ -36,7 +38,7 @@ def run(script: str, *args: str) -> str:
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.stderr.write(done.stdout + done.stderr)
-        raise SystemExit(f"{script} failed (exit {done.returncode}): the README is unchanged")
+        raise SystemExit(f"{script} failed (exit {done.returncode}): nothing rewritten")
     return done.stdout
 
 
@@ -75,8 +77,8 @@ def ingest_block(rows: list[dict[str, Any]]) -> list[str]:
         f"**{writer['recordsPerSecond'] / baseline['recordsPerSecond']:,.0f}x** records/s, "
         f"**{baseline['requestsPer1000Records'] / writer['requestsPer1000Records']:,.0f}x** fewer "
         "requests. The three are timed interleaved, a batch of each in turn. Requests per "
-        "batch: 3 once a writer committed the shard's previous batch itself (it skips the "
-        "state read), 4 for the first.",
+        "batch: docs/ARCHITECTURE.md section 4 (here the first batch reads the state, the "
+        "others skip the read).",
     ]
     by_operation = ", ".join(
         f"{op} {ms:,.2f}" for op, ms in writer["requestCpuMsPer1000RecordsByOperation"].items()
@@ -161,12 +163,10 @@ def compaction_block(report: dict[str, Any], command: str) -> list[str]:
     return lines
 
 
-def cost_block(rows: list[dict[str, Any]], command: str) -> list[str]:
-    from shardlog.pricing import PRICES_AS_OF, REGION
-
+def cost_block(rows: list[dict[str, Any]], command: str, region: str, as_of: str) -> list[str]:
     lines = [
         f"Cost (`{command}`): $ per million records from the requests the workloads sent "
-        f"(metered), at {REGION} list prices of {PRICES_AS_OF} (`shardlog/pricing.py`). "
+        f"(metered), at {region} list prices of {as_of} (`bench/pricing.py`). "
         "Ingest = shardlog's share (ingest Lambda + DynamoDB + S3); all-in adds a provisioned "
         "Kinesis shard. Consumers and compaction are per record they read; compaction counts "
         "an hourly EMR Serverless run per shard.",
@@ -185,74 +185,104 @@ def cost_block(rows: list[dict[str, Any]], command: str) -> list[str]:
     return lines
 
 
-def block(full: bool) -> str:
+def measure(full: bool) -> dict[str, Any]:
+    """Run the benchmarks; what the page is rendered from (kept as build/bench/report.json)."""
     OUT.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.UTC)
     host = machine()
     speed = json.loads(run("speed.py", "--json"))["getItemCpuMs"]
-    host += f"; a DynamoDB GetItem to the embedded AWS cost {speed:.2f} ms of CPU"
-    host += " (`bench/speed.py`: compare machines by it)"
     # The ingest ratios are goals: always the full run (50 batches interleaved, about a minute).
     ingest = json.loads(run("ingest.py", "--json"))
-    latency_args = [] if full else ["--quick"]
-    run("latency.py", *latency_args, "--json", str(OUT / "latency.json"))
-    cost_args = [] if full else ["--quick"]
+    quick = [] if full else ["--quick"]
+    run("latency.py", *quick, "--json", str(OUT / "latency.json"))
     cost_out = run(
-        "cost.py", *cost_args, "--json", str(OUT / "cost.json"), "--chart", str(OUT / "cost.png")
+        "cost.py", *quick, "--json", str(OUT / "cost.json"), "--chart", str(OUT / "cost.png")
     )
     compact_args = ["--records", "1000000"] if full else ["--records", "200000"]
     compaction = json.loads(run("compact.py", "--json", *compact_args))
-    latency = json.loads((OUT / "latency.json").read_text())
-    cost = json.loads((OUT / "cost.json").read_text())
+    return {
+        "full": full,
+        "started": f"{started:%Y-%m-%d %H:%M}",
+        "host": host,
+        "getItemCpuMs": speed,
+        "ingest": ingest,
+        "latency": json.loads((OUT / "latency.json").read_text()),
+        "compactArgs": compact_args,
+        "compaction": compaction,
+        "cost": json.loads((OUT / "cost.json").read_text()),
+        "costHeadline": cost_out.strip().splitlines()[-2:],
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    """The generated block, markers included."""
+    from bench.pricing import PRICES_AS_OF, REGION
+
+    full = results["full"]
     mode = "" if full else " --quick"
     lines = [
         BEGIN,
         f"Generated by `make measured` (`bench/report.py{' --full' if full else ''}`) on "
-        f"{started:%Y-%m-%d %H:%M} UTC; {host}. Everything runs against the embedded AWS "
-        "(moto over HTTP, in-process) on this machine, shared with other work: absolute figures "
-        "are noisy, ratios in one run less so.",
+        f"{results['started']} UTC; {results['host']}; a DynamoDB GetItem to the embedded AWS "
+        f"cost {results['getItemCpuMs']:.2f} ms of CPU (`bench/speed.py`: compare machines by "
+        "it). Everything runs against the embedded AWS (moto over HTTP, in-process) on this "
+        "machine, shared with other work: absolute figures are noisy, ratios in one run less so.",
         "",
-        *ingest_block(ingest),
+        *ingest_block(results["ingest"]),
         "",
-        *latency_block(latency, f"python bench/latency.py{mode}"),
+        *latency_block(results["latency"], f"python bench/latency.py{mode}"),
         "",
-        *compaction_block(compaction, f"python bench/compact.py {' '.join(compact_args)}"),
+        *compaction_block(
+            results["compaction"], f"python bench/compact.py {' '.join(results['compactArgs'])}"
+        ),
         "",
-        *cost_block(cost, f"python bench/cost.py{mode}"),
+        *cost_block(results["cost"], f"python bench/cost.py{mode}", REGION, PRICES_AS_OF),
         "",
         "```",
-        *cost_out.strip().splitlines()[-2:],
+        *results["costHeadline"],
         "```",
         "",
-        "The chart: `build/bench/cost.png` (not committed). What the figures mean and the "
-        "window / requests / cost trade-off: `docs/PERFORMANCE.md`.",
+        "The chart: `build/bench/cost.png` (not committed). What the figures mean: the sections "
+        "below.",
         END,
     ]
     return "\n".join(lines)
 
 
-def rewrite(readme: Path, generated: str) -> None:
-    text = readme.read_text()
+def rewrite(page: Path, generated: str) -> None:
+    """Replace the page's generated block; a page without one is refused, unchanged."""
+    text = page.read_text()
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"{readme} has no {BEGIN} ... {END} block")
+        raise SystemExit(f"{page} has no {BEGIN} ... {END} block: nothing written")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(head + generated + tail)
+    page.write_text(head + generated + tail)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--full", action="store_true", help="the benchmarks' full runs")
-    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    parser.add_argument(
+        "--root", type=Path, default=REPO, help="the repository whose docs/PERFORMANCE.md to write"
+    )
+    parser.add_argument(
+        "--from-results", type=Path, help="render this report.json again, run no benchmark"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the block, change nothing")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    generated = block(args.full)
+    if args.from_results is not None:
+        results = json.loads(args.from_results.read_text())
+    else:
+        results = measure(args.full)
+        (OUT / "report.json").write_text(json.dumps(results, indent=2) + "\n")
+    generated = render(results)
     if args.dry_run:
         print(generated)
-    else:
-        rewrite(args.readme, generated)
-        print(f"{args.readme}: measured block rewritten", file=sys.stderr)
+        return 0
+    page = args.root / PAGE
+    rewrite(page, generated)
+    print(f"{page}: measured block rewritten", file=sys.stderr)
     return 0
 
 

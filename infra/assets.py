@@ -22,9 +22,7 @@ REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 # What the handlers import. The local runtime (moto), the CLI (click) and the demo are never
 # imported by a handler and would only ship code whose dependencies Lambda does not have.
 ASSET_PACKAGES: Final = ("shardlog", "lambdas")
-EXCLUDED_PATHS: Final = frozenset(
-    {"shardlog/local", "shardlog/cli", "shardlog/demo.py", "shardlog/__main__.py"}
-)
+EXCLUDED_PATHS: Final = frozenset({"shardlog/local", "shardlog/cli", "shardlog/__main__.py"})
 INCLUDED_SUFFIXES: Final = frozenset({".py", ".typed"})
 
 

@@ -42,7 +42,6 @@ CTX_LAMBDA_CONSUMERS: Final = "shardlog:lambdaConsumers"
 CTX_ITERATOR_AGE_ALARM_MINUTES: Final = "shardlog:iteratorAgeAlarmMinutes"
 CTX_STACK_NAME: Final = "shardlog:stackName"
 
-DEFAULT_STACK_NAME: Final = C.DEFAULT_STACK_NAME
 DEFAULT_SHARD_COUNT: Final = 1
 # A week: a stalled ingest has days, not hours, before records are given up (cost: Kinesis
 # extended retention, per shard-hour).
@@ -57,24 +56,13 @@ DEFAULT_ON_DEMAND_RESERVED_CONCURRENCY: Final = 20
 
 # --- stable CfnOutput names (scripts and the CLI read these; never rename; those the code
 # reads are declared in shardlog/constants.py) ------------------------------------------
-OUTPUT_STREAM_NAME: Final = C.OUTPUT_STREAM_NAME
 OUTPUT_STREAM_ARN: Final = "StreamArn"
-OUTPUT_BUCKET_NAME: Final = C.OUTPUT_BUCKET_NAME
-OUTPUT_PARTITIONS_TABLE: Final = C.OUTPUT_PARTITIONS_TABLE
-OUTPUT_CONSUMERS_TABLE: Final = C.OUTPUT_CONSUMERS_TABLE
 OUTPUT_INGEST_FUNCTION: Final = "IngestFunctionName"
 OUTPUT_FAILURE_QUEUE_URL: Final = "IngestFailureQueueUrl"
-OUTPUT_API_URL: Final = C.OUTPUT_API_URL
-OUTPUT_EMR_APPLICATION_ID: Final = C.OUTPUT_EMR_APPLICATION_ID
-OUTPUT_EMR_EXECUTION_ROLE_ARN: Final = C.OUTPUT_EMR_EXECUTION_ROLE_ARN
-OUTPUT_JOB_SCRIPTS_URI: Final = C.OUTPUT_JOB_SCRIPTS_URI
 OUTPUT_ALARM_TOPIC_ARN: Final = "AlarmTopicArn"
 OUTPUT_DASHBOARD_NAME: Final = "DashboardName"
 OUTPUT_SPARK_DLQ_URL: Final = "SparkDeadLetterQueueUrl"
-OUTPUT_LAMBDA_CONSUMERS: Final = C.OUTPUT_LAMBDA_CONSUMERS
 OUTPUT_CONSUMER_GROUP_POLICIES: Final = "ConsumerGroupPolicyArns"  # only with consumer groups
-OUTPUT_ATHENA_WORKGROUP: Final = C.OUTPUT_ATHENA_WORKGROUP
-OUTPUT_LAKE_TABLE: Final = C.OUTPUT_LAKE_TABLE
 
 # --- Lambda --------------------------------------------------------------------------------
 # Handler entry points, dotted from the asset root (the asset holds shardlog/ and lambdas/).
@@ -119,19 +107,13 @@ HEALTH_BURST_LIMIT: Final = 20
 # Access logs are the API's audit trail: a year, kept when the stack goes.
 API_ACCESS_LOG_RETENTION_DAYS: Final = 365
 
-# --- metrics the handlers publish (Powertools EMF, namespace METRICS_NAMESPACE) ---------------
-# These mirror the literals in lambdas/ingest/handler.py and the consumer's lag metric; they
-# belong in shardlog/constants.py so the handlers and the dashboard share one name.
-METRIC_RECORDS_INGESTED: Final = C.METRIC_RECORDS_INGESTED
-METRIC_BATCH_FAILED: Final = C.METRIC_BATCH_FAILED
-METRIC_LEASE_HELD: Final = C.METRIC_LEASE_HELD
-METRIC_COMMIT_FENCED: Final = C.METRIC_COMMIT_FENCED
-METRIC_LEASE_TOO_SHORT: Final = C.METRIC_LEASE_TOO_SHORT
+# --- metrics (Powertools EMF, namespace METRICS_NAMESPACE) -----------------------------------
+# Those the handlers publish are named in shardlog/constants.py (C.METRIC_*), the one name the
+# handlers and the dashboard share; below, the stack's own. Infra code names every shared
+# constant C.X and every infra-only one IC.X: no constant has two names.
 # From the producer API's access logs (a metric filter on status 429).
 METRIC_API_THROTTLED: Final = "ApiThrottledRequests"
-METRIC_CONSUMER_LAG_RECORDS: Final = C.METRIC_CONSUMER_LAG_RECORDS
 DIMENSION_SERVICE: Final = "service"  # Powertools adds it to every metric
-DIMENSION_CONSUMER_GROUP: Final = C.DIMENSION_CONSUMER_GROUP
 # A Lambda consumer group this far behind (age of its oldest undelivered record) alarms.
 LAMBDA_CONSUMER_LAG_ALARM_MS: Final = 15 * 60 * 1000
 
@@ -139,7 +121,6 @@ LAMBDA_CONSUMER_LAG_ALARM_MS: Final = 15 * 60 * 1000
 # emr-7.9.0 ships Spark 3.5.5 (EMR Serverless release notes); local pyspark is pinned to 3.5.x,
 # so jobs run on the same Spark minor in both places. Stay below emr-7.10: from 7.10 on, the
 # AWS/EMRServerless metrics keyed by ApplicationId alone (the dashboard and alarm) stop updating.
-EMR_RELEASE_LABEL: Final = C.EMR_RELEASE_LABEL  # the local EMR Serverless uses it too
 EMR_SPARK_MINOR: Final = "3.5"
 EMR_IDLE_TIMEOUT_MINUTES: Final = 15
 EMR_MAX_CPU: Final = "16 vCPU"
@@ -164,9 +145,6 @@ SPARK_TRIGGER_MAX_EVENT_AGE_S: Final = 3600
 SCHEDULE_GROUP_SUFFIX: Final = "-spark"  # the schedule group: <stack name>-spark
 
 # --- S3 prefixes -----------------------------------------------------------------------------
-COMPACTED_PREFIX: Final = C.COMPACTED_PREFIX
-ANALYTICS_PREFIX: Final = C.ANALYTICS_PREFIX
-LAKE_PREFIX: Final = C.LAKE_PREFIX  # the lake table's data and metadata (docs/LAKE.md)
 ATHENA_RESULTS_PREFIX: Final = "athena-results/"  # in the artifacts bucket, its KMS key
 ATHENA_WORKGROUP: Final = "shardlog"
 LAKE_DATABASE, LAKE_TABLE = C.DEFAULT_LAKE_TABLE.split(".")  # the Glue database and table

@@ -17,6 +17,7 @@ from infra.functions import FunctionSpec, ShardlogFunction
 from infra.settings import StackSettings
 from infra.storage import Storage, failure_queue, name_in_key_policy
 from shardlog import constants as C
+from shardlog.function_settings import IngestSettings, ShardSyncSettings
 
 # Read actions the event source mapping performs with the function's role (Lambda docs,
 # "Kinesis execution role permissions"; kinesis:ListStreams is account-level and not needed).
@@ -121,16 +122,14 @@ class Ingest(Construct):
             description="Appends each Kinesis batch of one shard to the S3 log, exactly once",
             timeout_s=IC.INGEST_TIMEOUT_S,
             memory_mb=IC.INGEST_MEMORY_MB,
-            environment={
-                C.ENV_STREAM_NAME: storage.stream.stream_name,
-                C.ENV_BUCKET_NAME: storage.bucket.bucket_name,
-                C.ENV_PARTITIONS_TABLE: storage.partitions_table.table_name,
-                C.ENV_CONSUMERS_TABLE: storage.consumers_table.table_name,
-                C.ENV_LEASE_DURATION_MS: str(s.lease_duration_ms),
-                C.ENV_SEGMENT_MAX_RECORDS: str(s.segment_max_records),
-                C.ENV_SEGMENT_MAX_BYTES: str(s.segment_max_bytes),
-                C.ENV_DEDUPE_WINDOW_S: str(s.dedupe_window_s),
-            },
+            environment=IngestSettings.for_stack(
+                bucket=storage.bucket.bucket_name,
+                tables=storage.tables,
+                lease_duration_ms=s.lease_duration_ms,
+                segment_max_records=s.segment_max_records,
+                segment_max_bytes=s.segment_max_bytes,
+                dedupe_window_s=s.dedupe_window_s,
+            ).environment(),
             # One invocation per shard at a time (parallelization factor 1), so this bounds
             # what ingest can take from the account, and guarantees it that much.
             reserved_concurrency=s.ingest_concurrency,
@@ -206,11 +205,9 @@ class Ingest(Construct):
             handler=IC.SHARD_SYNC_HANDLER,
             description="Records Kinesis shard lineage and state in the partitions table",
             timeout_s=IC.SHARD_SYNC_TIMEOUT_S,
-            environment={
-                C.ENV_STREAM_NAME: storage.stream.stream_name,
-                C.ENV_PARTITIONS_TABLE: storage.partitions_table.table_name,
-                C.ENV_CONSUMERS_TABLE: storage.consumers_table.table_name,
-            },
+            environment=ShardSyncSettings.for_stack(
+                stream_name=storage.stream.stream_name, tables=storage.tables
+            ).environment(),
         )
         fn = ShardlogFunction(
             self,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_events as events
@@ -40,9 +40,15 @@ from constructs import Construct
 from infra import constants as IC
 from infra.functions import FunctionSpec, ShardlogFunction
 from infra.storage import Storage, failure_queue, name_in_key_policy, own_items
-from lambdas.group_registration.settings import RESOURCE_TYPE, group_properties
 from shardlog import constants as C
-from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
+from shardlog.function_settings import RegistrationSettings, WakerSettings
+from shardlog.lambda_consumer.settings import (
+    RESOURCE_TYPE,
+    LambdaConsumerSettings,
+    RunnerSettings,
+    group_properties,
+)
+from shardlog.tables import TableNames
 
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
 # The waker reads the partitions table's stream (its event source) and, for the sweep, the
@@ -145,8 +151,7 @@ class LambdaConsumerGroup(Construct):
         settings = RunnerSettings(
             consumer=self.settings,
             bucket="bucket-placeholder",
-            partitions_table="partitions-placeholder",
-            consumers_table="consumers-placeholder",
+            tables=TableNames("partitions-placeholder", "consumers-placeholder"),
             wake_queue_url="queue-placeholder",
             event_source_arn="stream-placeholder",
         )
@@ -155,8 +160,7 @@ class LambdaConsumerGroup(Construct):
         document = json.loads(settings.model_dump_json())
         document.update(
             bucket=storage.bucket.bucket_name,
-            partitions_table=storage.partitions_table.table_name,
-            consumers_table=storage.consumers_table.table_name,
+            tables=asdict(storage.tables),
             wake_queue_url=self.wake_queue.queue_url,
             event_source_arn=storage.stream.stream_arn,
             region=Stack.of(self).region,
@@ -315,11 +319,9 @@ class LambdaConsumers(Construct):
             handler=IC.GROUP_REGISTRATION_HANDLER,
             description="Creates Lambda consumer groups at deploy: start positions fixed then",
             timeout_s=300,
-            environment={
-                C.ENV_BUCKET_NAME: storage.bucket.bucket_name,
-                C.ENV_PARTITIONS_TABLE: storage.partitions_table.table_name,
-                C.ENV_CONSUMERS_TABLE: storage.consumers_table.table_name,
-            },
+            environment=RegistrationSettings.for_stack(
+                bucket=storage.bucket.bucket_name, tables=storage.tables
+            ).environment(),
         )
         fn = ShardlogFunction(
             self, "Registration", spec=spec, code=code, log_retention_days=log_retention_days
@@ -345,11 +347,10 @@ class LambdaConsumers(Construct):
             handler=IC.CONSUMER_WAKER_HANDLER,
             description="Wakes Lambda consumer groups on new commits, and sweeps for lost wakes",
             timeout_s=60,
-            environment={
-                C.ENV_LAMBDA_CONSUMERS: Stack.of(self).to_json_string(queues),
-                C.ENV_PARTITIONS_TABLE: storage.partitions_table.table_name,
-                C.ENV_CONSUMERS_TABLE: storage.consumers_table.table_name,
-            },
+            # The queue URLs are tokens: CDK writes the JSON object they resolve into.
+            environment=WakerSettings.for_stack(
+                queues=Stack.of(self).to_json_string(queues), tables=storage.tables
+            ).environment(),
         )
         fn = ShardlogFunction(
             self, "Waker", spec=spec, code=code, log_retention_days=log_retention_days

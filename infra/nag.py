@@ -149,8 +149,8 @@ def acknowledge(stack: ShardlogStack) -> None:
         "dependency archive from spark_deps/ and write logs to emr-logs/ of the artifacts "
         "bucket. Each grant is scoped to its prefix, with named actions only.",
         _objects(storage.bucket, C.EVENTS_PREFIX),
-        _objects(storage.bucket, IC.ANALYTICS_PREFIX),
-        _objects(storage.bucket, f"{IC.LAKE_PREFIX}{IC.LAKE_DATABASE}/"),
+        _objects(storage.bucket, C.ANALYTICS_PREFIX),
+        _objects(storage.bucket, f"{C.LAKE_PREFIX}{IC.LAKE_DATABASE}/"),
         _objects(analytics.artifacts_bucket, IC.JOB_SCRIPTS_PREFIX),
         _objects(analytics.artifacts_bucket, IC.SPARK_DEPS_PREFIX),
         _objects(analytics.artifacts_bucket, IC.EMR_LOGS_PREFIX),

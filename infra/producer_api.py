@@ -24,6 +24,7 @@ from infra.settings import StackSettings
 from infra.storage import Storage, name_in_key_policy
 from shardlog import constants as C
 from shardlog import idempotence
+from shardlog.function_settings import ProducerApiSettings
 
 STAGE_NAME = "api"
 # The handler puts every request's records with one PutRecords (never PutRecord).
@@ -121,7 +122,9 @@ class ProducerApi(Construct):
                 handler=IC.PRODUCER_API_HANDLER,
                 description="Puts records from the producer API onto the Kinesis stream",
                 timeout_s=IC.PRODUCER_TIMEOUT_S,
-                environment={C.ENV_STREAM_NAME: storage.stream.stream_name},
+                environment=ProducerApiSettings.for_stack(
+                    stream_name=storage.stream.stream_name
+                ).environment(),
             ),
             code=code,
             log_retention_days=self.settings.log_retention_days,

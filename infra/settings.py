@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 from constructs import Node
 from pydantic import Field
 
 from infra import constants as IC
+from infra.assets import REPO_ROOT
 from shardlog import constants as C
 from shardlog import settings as S
 from shardlog.consumer.settings import validate_group
@@ -306,3 +308,48 @@ def _consumer_groups(node: Node) -> tuple[str, ...]:
     if len(set(groups)) != len(groups):
         raise SettingsError(f"context {IC.CTX_CONSUMER_GROUPS} names a group twice: {groups}")
     return groups
+
+
+@dataclass(frozen=True)
+class AnalyticsSettings:
+    """The schedule of the Spark runs and the archive to ship, from CDK context."""
+
+    compaction_rate_minutes: int = IC.DEFAULT_COMPACTION_RATE_MINUTES
+    analytics_rate_minutes: int = IC.DEFAULT_ANALYTICS_RATE_MINUTES
+    maintenance_rate_minutes: int = IC.DEFAULT_MAINTENANCE_RATE_MINUTES
+    compaction_max_records: int = C.DEFAULT_COMPACTION_MAX_RECORDS
+    spark_archive: Path = REPO_ROOT / IC.DEFAULT_SPARK_ARCHIVE
+
+    @classmethod
+    def from_context(cls, node: Node) -> AnalyticsSettings:
+        archive = node.try_get_context(IC.CTX_SPARK_ARCHIVE) or IC.DEFAULT_SPARK_ARCHIVE
+        if not str(archive).endswith((".tar.gz", ".tgz", ".zip")):
+            raise SettingsError(f"context {IC.CTX_SPARK_ARCHIVE}={archive!r} is not an archive")
+        return cls(
+            compaction_rate_minutes=context_setting(
+                node,
+                IC.CTX_COMPACTION_RATE_MINUTES,
+                CompactionRateMinutes,
+                IC.DEFAULT_COMPACTION_RATE_MINUTES,
+            ),
+            analytics_rate_minutes=context_setting(
+                node,
+                IC.CTX_ANALYTICS_RATE_MINUTES,
+                AnalyticsRateMinutes,
+                IC.DEFAULT_ANALYTICS_RATE_MINUTES,
+            ),
+            maintenance_rate_minutes=context_setting(
+                node,
+                IC.CTX_MAINTENANCE_RATE_MINUTES,
+                MaintenanceRateMinutes,
+                IC.DEFAULT_MAINTENANCE_RATE_MINUTES,
+            ),
+            # The trigger validates it with the same schema at cold start.
+            compaction_max_records=context_setting(
+                node,
+                IC.CTX_COMPACTION_MAX_RECORDS,
+                S.CompactionMaxRecords,
+                C.DEFAULT_COMPACTION_MAX_RECORDS,
+            ),
+            spark_archive=REPO_ROOT / str(archive),  # an absolute path stays itself
+        )

@@ -20,6 +20,7 @@ from infra.nag import acknowledge
 from infra.producer_api import ProducerApi
 from infra.settings import StackSettings
 from infra.storage import Storage
+from shardlog import constants as C
 
 
 class ShardlogStack(Stack):
@@ -78,24 +79,24 @@ class ShardlogStack(Stack):
     def _outputs(self) -> None:
         storage = self.storage
         outputs = {
-            IC.OUTPUT_STREAM_NAME: storage.stream.stream_name,
+            C.OUTPUT_STREAM_NAME: storage.stream.stream_name,
             IC.OUTPUT_STREAM_ARN: storage.stream.stream_arn,
-            IC.OUTPUT_BUCKET_NAME: storage.bucket.bucket_name,
-            IC.OUTPUT_PARTITIONS_TABLE: storage.partitions_table.table_name,
-            IC.OUTPUT_CONSUMERS_TABLE: storage.consumers_table.table_name,
+            C.OUTPUT_BUCKET_NAME: storage.bucket.bucket_name,
+            C.OUTPUT_PARTITIONS_TABLE: storage.partitions_table.table_name,
+            C.OUTPUT_CONSUMERS_TABLE: storage.consumers_table.table_name,
             IC.OUTPUT_INGEST_FUNCTION: self.ingest.function.function_name,
             IC.OUTPUT_FAILURE_QUEUE_URL: self.ingest.failure_queue.queue_url,
-            IC.OUTPUT_API_URL: self.producer_api.api.url,
-            IC.OUTPUT_EMR_APPLICATION_ID: self.analytics.application.attr_application_id,
-            IC.OUTPUT_EMR_EXECUTION_ROLE_ARN: self.analytics.execution_role.role_arn,
-            IC.OUTPUT_JOB_SCRIPTS_URI: self.analytics.job_script_uri(""),
+            C.OUTPUT_API_URL: self.producer_api.api.url,
+            C.OUTPUT_EMR_APPLICATION_ID: self.analytics.application.attr_application_id,
+            C.OUTPUT_EMR_EXECUTION_ROLE_ARN: self.analytics.execution_role.role_arn,
+            C.OUTPUT_JOB_SCRIPTS_URI: self.analytics.job_script_uri(""),
             IC.OUTPUT_ALARM_TOPIC_ARN: self.monitoring.topic.topic_arn,
             IC.OUTPUT_DASHBOARD_NAME: self.monitoring.dashboard.dashboard_name,
             IC.OUTPUT_SPARK_DLQ_URL: self.analytics.dead_letter_queue.queue_url,
             IC.OUTPUT_CONSUMER_GROUP_POLICIES: self.consumer_groups.policy_arns_json(),
-            IC.OUTPUT_LAMBDA_CONSUMERS: self.lambda_consumers.outputs_json(),
-            IC.OUTPUT_ATHENA_WORKGROUP: self.analytics.workgroup.ref,
-            IC.OUTPUT_LAKE_TABLE: f"{IC.LAKE_DATABASE}.{IC.LAKE_TABLE}",
+            C.OUTPUT_LAMBDA_CONSUMERS: self.lambda_consumers.outputs_json(),
+            C.OUTPUT_ATHENA_WORKGROUP: self.analytics.workgroup.ref,
+            C.OUTPUT_LAKE_TABLE: f"{IC.LAKE_DATABASE}.{IC.LAKE_TABLE}",
         }
         for name, value in outputs.items():
             # The logical id is the output name, so it never changes with the construct tree.
@@ -108,7 +109,7 @@ def build_app(app: App, *, job_scripts_dir: Path = SPARK_JOBS_DIR) -> ShardlogSt
     With the `core:annotationsInValidationReport` flag of cdk.json, any unacknowledged
     finding fails synth, so neither `cdk synth` nor `cdk deploy` can ship one.
     """
-    stack_name = str(app.node.try_get_context(IC.CTX_STACK_NAME) or IC.DEFAULT_STACK_NAME)
+    stack_name = str(app.node.try_get_context(IC.CTX_STACK_NAME) or C.DEFAULT_STACK_NAME)
     stack = ShardlogStack(
         app,
         stack_name,

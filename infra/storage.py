@@ -20,9 +20,10 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra import constants as IC
+from infra.buckets import hardened_bucket
 from infra.settings import StackSettings
 from shardlog import constants as C
+from shardlog.tables import TableNames
 
 STRING = dynamodb.AttributeType.STRING  # every key attribute of shardlog is a string
 # Old object versions only exist after an overwrite or delete (the log never overwrites;
@@ -112,6 +113,11 @@ class Storage(Construct):
         )
         self.stream = self._stream()
 
+    @property
+    def tables(self) -> TableNames:
+        """The log's tables by their deployed names (tokens until deployed)."""
+        return TableNames(self.partitions_table.table_name, self.consumers_table.table_name)
+
     def _data_key(self) -> kms.Key:
         return kms.Key(
             self,
@@ -123,14 +129,12 @@ class Storage(Construct):
 
     def _access_logs_bucket(self) -> s3.Bucket:
         # S3 server access logging can only deliver to SSE-S3 buckets, hence no KMS here.
-        return s3.Bucket(
+        return hardened_bucket(
             self,
             "AccessLogsBucket",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            versioned=True,
+            # No TLS-version condition here (as deployed so far): only S3's log delivery
+            # writes to this bucket.
+            minimum_tls_version=None,
             lifecycle_rules=[
                 s3.LifecycleRule(
                     id="expire-access-logs",
@@ -138,25 +142,16 @@ class Storage(Construct):
                     noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
                 )
             ],
-            removal_policy=RemovalPolicy.RETAIN,
         )
 
     def _log_bucket(self) -> s3.Bucket:
-        return s3.Bucket(
+        return hardened_bucket(
             self,
             "LogBucket",
             bucket_name=self.settings.bucket_name,
-            encryption=s3.BucketEncryption.KMS,
-            encryption_key=self.key,
-            # One data key per bucket instead of one KMS call per PutObject/GetObject.
-            bucket_key_enabled=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            minimum_tls_version=1.2,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            versioned=True,
-            server_access_logs_bucket=self.access_logs_bucket,
-            server_access_logs_prefix=f"{IC.ACCESS_LOGS_PREFIX}log-bucket/",
+            key=self.key,
+            access_logs=self.access_logs_bucket,
+            access_logs_name="log-bucket",
             lifecycle_rules=[
                 # Uncommitted leftovers that are whole objects are never deleted by lifecycle:
                 # the next writer adopts them (ARCHITECTURE.md, write path step 3).
@@ -169,7 +164,6 @@ class Storage(Construct):
                     noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
                 ),
             ],
-            removal_policy=RemovalPolicy.RETAIN,
         )
 
     def _write_once_log(self) -> None:

@@ -54,6 +54,7 @@ IAM_REPLAY = ("tests/infra/test_iam_replay.py",)
 LAKE_MODEL = ("tests/functional/lake/test_model.py",)
 LAKE_COMMIT = ("tests/spark/test_lake_commit.py", *LAKE_MODEL)
 LAKE_MAINTENANCE = ("tests/spark/test_lake_maintenance.py", *LAKE_MODEL)
+CONSOLE = ("tests/functional/console",)
 CONSUMER_MODELS = (
     "tests/functional/consumer/test_model.py",
     "tests/functional/lambda_consumer/test_model.py",
@@ -354,7 +355,7 @@ MUTATIONS = (
     Mutation(
         "orphan-statistics-referenced",
         "statistics files the table's metadata names counting as referenced",
-        "shardlog/lake/maintenance.py",
+        "shardlog/lake/references.py",
         "files |= {stats.statistics_path for stats in metadata.statistics}",
         "files |= set()",
         ("tests/spark/test_lake_maintenance.py",),
@@ -385,6 +386,22 @@ MUTATIONS = (
         "if (count, low, high) != (plan.records, plan.start, plan.end - 1):",
         "if count < 0:",
         ("tests/unit/test_compaction_file_check.py", *SPARK),
+    ),
+    Mutation(
+        "lake-schema-check",
+        "opening the lake table only when its columns are the declared ones (type, required)",
+        "shardlog/lake/schema.py",
+        "elif have.field_type != want.kind or have.required != want.required:",
+        "elif False:",
+        ("tests/unit/test_lake_schema.py", "tests/spark/test_compaction.py"),
+    ),
+    Mutation(
+        "lake-mapper-per-column",
+        "refusing a lake column declared without the mapper that fills it from a segment",
+        "shardlog/lake/files.py",
+        'problems = [f"column {n} has no mapper" for n in sorted(declared - mapped)]',
+        "problems: list[str] = []",
+        ("tests/unit/test_lake_schema.py",),
     ),
     Mutation(
         "group-position-at-creation",
@@ -500,7 +517,7 @@ MUTATIONS = (
     Mutation(
         "iam-trigger-pass-role",
         "the Spark trigger's iam:PassRole of the execution role (StartJobRun passes it)",
-        "infra/analytics.py",
+        "infra/spark_runtime.py",
         'actions=["iam:PassRole"],',
         'actions=["iam:GetRole"],',
         IAM_REPLAY,
@@ -508,10 +525,44 @@ MUTATIONS = (
     Mutation(
         "iam-spark-lake-commit",
         "the Spark jobs' glue:UpdateTable (the lake table's commit)",
-        "infra/analytics.py",
+        "infra/lake_catalog.py",
         '"glue:CreateTable", "glue:UpdateTable"]',
         '"glue:CreateTable"]',
         IAM_REPLAY,
+    ),
+    Mutation(
+        "settings-both-tables",
+        "a function's settings requiring both table names (TableNames' local defaults never "
+        "fill in a deployment's)",
+        "shardlog/settings.py",
+        "            if not value.get(field):",
+        "            if False:",
+        ("tests/unit/test_function_settings.py",),
+    ),
+    Mutation(
+        "local-up-needs-checkout",
+        "`shardlog local up` refusing, before anything starts, when the handlers cannot be "
+        "imported (the wheel alone)",
+        "shardlog/local/runtime.py",
+        "        require_checkout()\n",
+        "",
+        ("tests/functional/cli/test_local_up_checkout.py",),
+    ),
+    Mutation(
+        "busy-api-port-named",
+        "the producer API's bind turning a port in use into the error naming --api-port",
+        "shardlog/local/http_api.py",
+        "with listening(PRODUCER_API, self.host, self.port):",
+        "if True:",
+        ("tests/functional/cli/test_busy_port.py",),
+    ),
+    Mutation(
+        "local-up-stops-on-failure",
+        "`shardlog local up` stopping what already started when a later part cannot start",
+        "shardlog/local/runtime.py",
+        "        except BaseException:\n            self.stop()\n            raise",
+        "        except BaseException:\n            raise",
+        ("tests/functional/cli/test_busy_port.py",),
     ),
     Mutation(
         "iam-worker-lease-query",
@@ -520,6 +571,46 @@ MUTATIONS = (
         '    "dynamodb:Query",\n',
         "",
         IAM_REPLAY,
+    ),
+    Mutation(
+        "console-escape",
+        "the console's HTML escaping of every value (a record's key or data as markup)",
+        "shardlog/console/render.py",
+        'return html.escape("" if value is None else str(value), quote=True)',
+        'return "" if value is None else str(value)',
+        CONSOLE,
+    ),
+    Mutation(
+        "console-token",
+        "the token every state-changing request of the console must carry",
+        "shardlog/console/server.py",
+        'if not hmac.compare_digest(form.get("token", ""), self.token):',
+        "if False:",
+        CONSOLE,
+    ),
+    Mutation(
+        "console-host-header",
+        "the console's refusal of a request for another host (DNS rebinding)",
+        "shardlog/console/server.py",
+        'return host_header in {f"{h}:{self.port}" for h in LOOPBACK_HOSTS}',
+        "return True",
+        CONSOLE,
+    ),
+    Mutation(
+        "console-lag-on-demand",
+        "the overview's request bound: the ingest lag (Kinesis reads) only on demand",
+        "shardlog/console/server.py",
+        'lag=params.get("lag") == "1"',
+        "lag=True",
+        CONSOLE,
+    ),
+    Mutation(
+        "console-loopback",
+        "the console's refusal to listen beyond 127.0.0.1",
+        "shardlog/console/server.py",
+        "if host not in LOOPBACK_HOSTS:",
+        "if False:",
+        CONSOLE,
     ),
 )
 

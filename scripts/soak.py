@@ -55,6 +55,9 @@ class Machine:
     module: str
     cls: str
     injects: str  # the faults it injects, for the report
+    # Schedules per turn when it is not --chunk: a machine whose schedule costs many times the
+    # others' takes fewer per turn, so the soak's time is not mostly spent on it.
+    turn: int | None = None
 
     def load(self) -> tuple[Any, Any]:
         """(the machine class, its Tally)."""
@@ -102,6 +105,7 @@ MACHINES = {
             "lost catalog answers (UpdateTable applied, resend refused), refused commits, "
             "racing compactions, maintenance racing a compaction, another engine's "
             "snapshots, crashes at each step of compaction and maintenance",
+            turn=1,  # a schedule costs about 20 of the others' (pyiceberg commits, Parquet)
         ),
         Machine(
             "start-positions",
@@ -214,6 +218,11 @@ class Plan:
     min_steps: int  # at least, per schedule
     chunk: int  # schedules per Hypothesis run
     base_seed: int
+    turns: dict[str, int] = field(default_factory=dict)  # per machine, instead of chunk
+
+    def examples(self, name: str) -> int:
+        """Schedules per Hypothesis run of this machine."""
+        return self.turns.get(name, self.chunk)
 
 
 def _soak_process(plan: Plan, events: Any, stop: Any) -> None:
@@ -247,16 +256,19 @@ def _soak(plan: Plan, events: Any, stop: Any) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)
-    run_settings = settings(
-        max_examples=plan.chunk,
-        stateful_step_count=plan.steps,
-        deadline=None,
-        database=None,
-        derandomize=False,
-        print_blob=True,
-        phases=(Phase.generate, Phase.shrink),
-        suppress_health_check=list(HealthCheck),
-    )
+    run_settings = {
+        name: settings(
+            max_examples=plan.examples(name),
+            stateful_step_count=plan.steps,
+            deadline=None,
+            database=None,
+            derandomize=False,
+            print_blob=True,
+            phases=(Phase.generate, Phase.shrink),
+            suppress_health_check=list(HealthCheck),
+        )
+        for name in plan.names
+    }
     with EmbeddedAWS() as aws:
         for round_ in itertools.count():
             name = plan.names[round_ % len(plan.names)]
@@ -270,7 +282,9 @@ def _soak(plan: Plan, events: Any, stop: Any) -> None:
             try:
                 # Hypothesis ends a schedule early now and then (mostly when it mutates an
                 # earlier one); _min_steps keeps every schedule at least min_steps long.
-                run_state_machine_as_test(counted, settings=run_settings, _min_steps=plan.min_steps)
+                run_state_machine_as_test(
+                    counted, settings=run_settings[name], _min_steps=plan.min_steps
+                )
             except Exception as exc:  # an invariant violation, shrunk by Hypothesis
                 events.put(
                     ("violation", vars(_violation(name, exc, chunk_seed, plan.min_steps)), None)
@@ -327,6 +341,24 @@ def test_soak_schedule(endpoint_url: str) -> None:
     return path
 
 
+def _parse_turns(values: tuple[str, ...]) -> dict[str, int]:
+    """``MACHINE=N`` options as a mapping; one clear error for a bad one."""
+    turns: dict[str, int] = {}
+    for value in values:
+        name, _, count = value.partition("=")
+        if name not in MACHINES:
+            raise click.BadParameter(
+                f"{name!r} is not a machine (one of {', '.join(sorted(MACHINES))})",
+                param_hint="--turn",
+            )
+        if not count.isdigit() or not 1 <= int(count) <= 1000:
+            raise click.BadParameter(
+                f"{value!r}: N must be a whole number from 1 to 1000", param_hint="--turn"
+            )
+        turns[name] = int(count)
+    return turns
+
+
 # --- the CLI -------------------------------------------------------------------------------------
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
@@ -378,7 +410,16 @@ def test_soak_schedule(endpoint_url: str) -> None:
     type=click.IntRange(1, 1000),
     default=5,
     show_default=True,
-    help="Schedules per Hypothesis run before the next machine's turn.",
+    help="Schedules per Hypothesis run before the next machine's turn (a machine with a "
+    "turn of its own, e.g. the lake's 1, takes that many; see --turn).",
+)
+@click.option(
+    "--turn",
+    "turns",
+    multiple=True,
+    metavar="MACHINE=N",
+    callback=lambda _ctx, _param, value: _parse_turns(value),
+    help="Schedules per turn of one machine, instead of --chunk (repeatable).",
 )
 @click.option(
     "--save/--no-save",
@@ -395,6 +436,7 @@ def main(
     min_steps: int,
     machines: tuple[str, ...],
     chunk: int,
+    turns: dict[str, int],
     save: bool,
     as_json: bool,
 ) -> None:
@@ -419,6 +461,9 @@ def main(
                     min_steps=min_steps,
                     chunk=chunk,
                     base_seed=int(time.time()) * 64 + i,
+                    turns={
+                        n: t for n in names if (t := turns.get(n, MACHINES[n].turn)) is not None
+                    },
                 ),
                 events,
                 stop,

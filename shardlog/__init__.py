@@ -24,11 +24,11 @@ _EXPORTS = {
     "ValidationError": "shardlog.exceptions",
     "LogRecord": "shardlog.format",
     "Segment": "shardlog.format",
-    "FailureKind": "shardlog.producer",
+    "FailureKind": "shardlog.outcomes",
     "Producer": "shardlog.producer",
-    "PutFailure": "shardlog.producer",
-    "ProducerRecord": "shardlog.producer",
-    "PutResult": "shardlog.producer",
+    "PutFailure": "shardlog.outcomes",
+    "ProducerRecord": "shardlog.records",
+    "PutResult": "shardlog.outcomes",
     "LogReader": "shardlog.reader",
 }
 
@@ -66,8 +66,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ValidationError,
     )
     from shardlog.format import LogRecord, Segment
-    from shardlog.producer import FailureKind, Producer, ProducerRecord, PutFailure, PutResult
+    from shardlog.outcomes import FailureKind, PutFailure, PutResult
+    from shardlog.producer import Producer
     from shardlog.reader import LogReader
+    from shardlog.records import ProducerRecord
 
 
 def __getattr__(name: str) -> Any:

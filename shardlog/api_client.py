@@ -50,18 +50,16 @@ from shardlog import constants as C
 from shardlog.clock import Clock, SystemClock
 from shardlog.exceptions import ShardlogError
 from shardlog.idempotence import RecordIds
-from shardlog.producer import (
+from shardlog.outcomes import (
     OUTCOME_UNKNOWN,
     Outcome,
-    ProducerRecord,
     PutFailure,
     PutResult,
-    RecordInput,
     first_failure,
     held_back,
-    prepare_records,
-    take_batch,
 )
+from shardlog.producer import take_batch
+from shardlog.records import ProducerRecord, RecordInput, prepare_records
 
 RECORDS_PATH: Final = "/v1/records"
 HEALTH_PATH: Final = "/v1/health"

@@ -218,3 +218,19 @@ INGEST_BATCH_SIZE: Final = 1000
 INGEST_BATCHING_WINDOW_S: Final = 1
 INGEST_PARALLELIZATION_FACTOR: Final = 1
 INGEST_STARTING_POSITION: Final = "TRIM_HORIZON"
+
+# AWS codes that mean "too much, slow down" (Kinesis, DynamoDB, KMS, the API layer): the
+# request did nothing and may succeed later.
+THROTTLING_CODES: Final = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "LimitExceededException",
+        "KMSThrottlingException",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "SlowDown",
+    }
+)

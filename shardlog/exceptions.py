@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from shardlog.constants import THROTTLING_CODES
+from shardlog.outcomes import PutResult
+
 # DynamoDB's code for a write whose condition did not hold (shardlog.tables tests for it).
 CONDITIONAL_CHECK_FAILED: Final = "ConditionalCheckFailedException"
 
@@ -19,23 +22,6 @@ class ShardlogError(Exception):
     def __init__(self, message: str, *, aws_error_code: str | None = None) -> None:
         super().__init__(message)
         self.aws_error_code = aws_error_code
-
-
-# AWS codes that mean "too much, slow down" (Kinesis, DynamoDB, KMS, the API layer): the
-# request did nothing and may succeed later.
-THROTTLING_CODES: Final = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "Throttling",
-        "ThrottledException",
-        "LimitExceededException",
-        "KMSThrottlingException",
-        "RequestLimitExceeded",
-        "TooManyRequestsException",
-        "SlowDown",
-    }
-)
 
 
 def is_throttling(exc: BaseException) -> bool:
@@ -129,8 +115,6 @@ class ProducerError(ShardlogError):
     @property
     def results(self) -> list[Any]:
         """The PutResult of each record, by input index; None for a record without one."""
-        from shardlog.producer import PutResult
-
         return [o if isinstance(o, PutResult) else None for o in self.outcomes]
 
     @property
@@ -141,3 +125,13 @@ class ProducerError(ShardlogError):
 
 class ConfigurationError(ShardlogError):
     """A setting is missing or invalid."""
+
+
+class PortInUseError(ShardlogError):
+    """A local server could not listen: another process holds its port."""
+
+    def __init__(self, what: str, host: str, port: int) -> None:
+        super().__init__(f"port {port} on {host} is already in use, so the {what} cannot listen")
+        self.what = what
+        self.host = host
+        self.port = port

@@ -31,13 +31,10 @@ given, and sending every record without a PutResult again, in order, keeps that 
 
 from __future__ import annotations
 
-import base64
-import json
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from botocore.exceptions import (
@@ -54,23 +51,18 @@ from shardlog import constants as C
 from shardlog import idempotence
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
-from shardlog.exceptions import THROTTLING_CODES, ProducerError, ValidationError, aws_error_code
-from shardlog.hashing import parse_explicit_hash_key
-
-OUTCOME_UNKNOWN = "OutcomeUnknown"
-NOT_SENT = "NotSent"
-# "Too much, slow down" (shardlog.exceptions.THROTTLING_CODES): provably not put.
-# The service failed an entry, or could not be reached: provably not put.
-UNAVAILABLE_CODES = frozenset(
-    {
-        "InternalFailure",
-        "InternalFailureException",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-        "EndpointConnectionError",
-        "ConnectTimeoutError",
-    }
+from shardlog.exceptions import ProducerError, ValidationError, aws_error_code
+from shardlog.outcomes import (
+    OUTCOME_UNKNOWN,
+    FailureKind,
+    Outcome,
+    PutFailure,
+    PutResult,
+    first_failure,
+    held_back,
 )
+from shardlog.records import ProducerRecord, RecordInput, prepare_records
+
 # Raised before a byte of the request went out: the connection could not be made, or the
 # call could not even be built (no credentials, no region, bad parameters).
 _RAISED_BEFORE_SENDING = (
@@ -80,77 +72,6 @@ _RAISED_BEFORE_SENDING = (
     NoRegionError,
     ParamValidationError,
 )
-
-
-class FailureKind(StrEnum):
-    THROTTLED = "throttled"
-    UNAVAILABLE = "unavailable"
-    INVALID = "invalid"
-    UNKNOWN = "unknown"
-    NOT_SENT = "not-sent"
-
-
-def failure_kind(error_code: str) -> FailureKind:
-    """What an error code says about a record: the one classification, SDK and API alike."""
-    if error_code == OUTCOME_UNKNOWN:
-        return FailureKind.UNKNOWN
-    if error_code == NOT_SENT:
-        return FailureKind.NOT_SENT
-    if error_code in THROTTLING_CODES:
-        return FailureKind.THROTTLED
-    if error_code in UNAVAILABLE_CODES:
-        return FailureKind.UNAVAILABLE
-    return FailureKind.INVALID
-
-
-@dataclass(frozen=True)
-class PutResult:
-    """The record is in the stream at this shard and sequence number."""
-
-    shard_id: str
-    sequence_number: str
-
-
-@dataclass(frozen=True)
-class PutFailure:
-    """The record has no PutResult; ``kind`` (from the code) says what is known of it."""
-
-    error_code: str
-    error_message: str
-
-    @property
-    def kind(self) -> FailureKind:
-        return failure_kind(self.error_code)
-
-    @property
-    def may_be_in_the_stream(self) -> bool:
-        return self.kind is FailureKind.UNKNOWN
-
-    @property
-    def retryable(self) -> bool:
-        """Provably not put, and sending it again may work."""
-        return self.kind in (FailureKind.THROTTLED, FailureKind.UNAVAILABLE, FailureKind.NOT_SENT)
-
-
-Outcome = PutResult | PutFailure
-
-
-def held_back(stop: PutFailure) -> PutFailure:
-    """The outcome of a record not sent because an earlier one ended with ``stop``."""
-    return PutFailure(
-        NOT_SENT,
-        f"not sent: an earlier record was not put ({stop.error_code}); send every record "
-        "without a PutResult again, in order",
-    )
-
-
-def first_failure(outcomes: Iterable[Outcome]) -> PutFailure | None:
-    """The failure that stopped a put: the first that is not NotSent (records held back can
-    come before it in input order), else the first; None when every record was put."""
-    failures = [o for o in outcomes if isinstance(o, PutFailure)]
-    return next((f for f in failures if f.kind is not FailureKind.NOT_SENT), None) or next(
-        iter(failures), None
-    )
 
 
 def call_failure(exc: ClientError | BotoCoreError) -> PutFailure:
@@ -178,121 +99,6 @@ def call_failure(exc: ClientError | BotoCoreError) -> PutFailure:
         f"{type(exc).__name__} after the request went out: the records may or may not be "
         f"in the stream ({exc})",
     )
-
-
-@dataclass(frozen=True)
-class ProducerRecord:
-    partition_key: str
-    data: bytes  # the payload; with a record id it travels in an idempotence envelope
-    explicit_hash_key: str | None = None
-    record_id: str | None = None
-    # Sent again after an unknown outcome (only with a record id): ingest looks the id up.
-    resent: bool = False
-
-    @property
-    def wire_data(self) -> bytes:
-        """The bytes Kinesis stores: the payload, in its envelope when it has a record id."""
-        if self.record_id is None:
-            return self.data
-        return idempotence.wrap(self.record_id, self.data, resent=self.resent)
-
-    @property
-    def size(self) -> int:
-        """Bytes Kinesis counts against its limits: the stored data plus the UTF-8 key."""
-        envelope = 0 if self.record_id is None else idempotence.overhead(self.record_id)
-        return envelope + len(self.data) + len(self.partition_key.encode("utf-8"))
-
-    def entry(self) -> dict[str, Any]:
-        """The record as a PutRecords entry."""
-        entry: dict[str, Any] = {"PartitionKey": self.partition_key, "Data": self.wire_data}
-        if self.explicit_hash_key is not None:
-            entry["ExplicitHashKey"] = self.explicit_hash_key
-        return entry
-
-
-RecordInput = ProducerRecord | tuple[Any, ...]
-
-
-def validate_record(
-    partition_key: Any,
-    data: Any,
-    explicit_hash_key: Any = None,
-    record_id: Any = None,
-    *,
-    index: int | None = None,
-) -> ProducerRecord:
-    """Check one record against Kinesis' limits; the error names the field and the limit."""
-    where = f"records[{index}]." if index is not None else ""
-    if not isinstance(partition_key, str):
-        raise ValidationError(f"{where}partitionKey", "must be a string", limit="1..256 chars")
-    if not 1 <= len(partition_key) <= C.PARTITION_KEY_MAX_CHARS:
-        raise ValidationError(
-            f"{where}partitionKey",
-            f"must be 1 to {C.PARTITION_KEY_MAX_CHARS} characters, got {len(partition_key)}",
-            limit=C.PARTITION_KEY_MAX_CHARS,
-        )
-    try:
-        partition_key.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationError(
-            f"{where}partitionKey", "must be valid Unicode (no lone surrogates)", limit="UTF-8"
-        ) from None
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise ValidationError(f"{where}data", "must be bytes", limit=C.KINESIS_MAX_RECORD_BYTES)
-    data = bytes(data)
-    if explicit_hash_key is not None:
-        try:
-            parse_explicit_hash_key(explicit_hash_key)
-        except ValidationError as exc:
-            raise ValidationError(f"{where}explicitHashKey", exc.reason, limit=exc.limit) from None
-    if record_id is not None:
-        problem = idempotence.record_id_problem(record_id)
-        if problem is not None:
-            reason, limit = problem
-            raise ValidationError(f"{where}recordId", reason, limit=limit)
-    elif idempotence.is_envelope(data):
-        raise ValidationError(
-            f"{where}data",
-            "is itself an idempotence envelope (docs/API.md): ingest would read it as one; "
-            "give the record a recordId to send it as the payload of an envelope",
-            limit="not an envelope",
-        )
-    record = ProducerRecord(partition_key, data, explicit_hash_key, record_id)
-    if record.size > C.KINESIS_MAX_RECORD_BYTES:
-        envelope = "" if record_id is None else " plus the recordId's envelope"
-        raise ValidationError(
-            f"{where}data",
-            f"data{envelope} plus partition key is {record.size} bytes, at most "
-            f"{C.KINESIS_MAX_RECORD_BYTES} (1 MiB)",
-            limit=C.KINESIS_MAX_RECORD_BYTES,
-        )
-    return record
-
-
-def prepare_records(
-    records: Iterable[RecordInput], record_ids: idempotence.RecordIds | None = None
-) -> list[ProducerRecord]:
-    """Every record validated (ValidationError on the first bad one), and with
-    ``record_ids`` each record that has no id given a new one."""
-    out = []
-    for index, record in enumerate(records):
-        resent = False
-        if isinstance(record, ProducerRecord):
-            resent = record.resent and record.record_id is not None
-            record = (
-                record.partition_key,
-                record.data,
-                record.explicit_hash_key,
-                record.record_id,
-            )
-        valid = validate_record(*record, index=index)
-        if record_ids is not None and valid.record_id is None:
-            key, data, hash_key = valid.partition_key, valid.data, valid.explicit_hash_key
-            valid = validate_record(key, data, hash_key, record_ids.next(), index=index)
-        out.append(replace(valid, resent=True) if resent else valid)
-    return out
 
 
 Item = TypeVar("Item")
@@ -525,33 +331,3 @@ class Producer:
             StreamName=self.stream_name, Records=entries
         )
         return list(response["Records"])
-
-
-def iter_json_records(lines: Iterable[str]) -> Iterator[ProducerRecord]:
-    """Records from JSON lines with partitionKey, data (text) or dataBase64, explicitHashKey,
-    recordId."""
-
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValidationError(f"line {number}", f"invalid JSON: {exc.msg}") from None
-        if not isinstance(obj, dict):
-            raise ValidationError(f"line {number}", "must be a JSON object")
-        if "dataBase64" in obj:
-            try:
-                data: Any = base64.b64decode(obj["dataBase64"], validate=True)
-            except (ValueError, TypeError):
-                raise ValidationError(f"line {number}.dataBase64", "invalid base64") from None
-        else:
-            data = obj.get("data", "")
-        try:
-            yield validate_record(
-                obj.get("partitionKey"), data, obj.get("explicitHashKey"), obj.get("recordId")
-            )
-        except ValidationError as exc:
-            raise ValidationError(
-                f"line {number}.{exc.field}", exc.reason, limit=exc.limit
-            ) from None

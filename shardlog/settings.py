@@ -8,12 +8,14 @@ ingest lease at least twice the ingest timeout) belong to whoever knows both, no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
-from pydantic import Field, TypeAdapter
+from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from shardlog import constants as C
+from shardlog.tables import TableNames
 
 # --- ingest -----------------------------------------------------------------------------
 # The ingest lease: long enough to write a segment, short enough that a crashed writer's
@@ -64,3 +66,35 @@ def parse_setting(setting: Any, value: Any) -> Any:
         return TypeAdapter(setting).validate_python(value)
     except PydanticValidationError as exc:
         raise ValueError("; ".join(error["msg"] for error in exc.errors())) from None
+
+
+class NameInValueError(ValueError):
+    """A bad name inside an embedded value: ``field`` says which one."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def _valid_tables(tables: TableNames) -> TableNames:
+    for field in ("partitions", "consumers"):
+        try:
+            parse_setting(TableName, getattr(tables, field))
+        except ValueError as exc:
+            raise NameInValueError(field, str(exc)) from None
+    return tables
+
+
+def _both_tables(value: Any) -> Any:
+    """Both names given: TableNames' defaults are for local use, never a deployment's."""
+    if isinstance(value, Mapping):
+        for field in ("partitions", "consumers"):
+            if not value.get(field):
+                raise NameInValueError(field, "Field required")
+    return value
+
+
+# The log's two tables (TableNames, embedded whole), each name given and within DynamoDB's
+# limits.
+Tables = Annotated[TableNames, BeforeValidator(_both_tables), AfterValidator(_valid_tables)]

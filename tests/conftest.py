@@ -21,14 +21,48 @@ os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 quiet_powertools()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With pytest-xdist (`make test` runs two workers), keep the tests that share a costly
-    session fixture on one worker: the synthesized stack (tests/infra) and the local
-    SparkSession (tests/spark) are built once, not once per worker."""
+# A costly session fixture -> the xdist group of the modules that use it.
+SHARED_SESSION_FIXTURES = {"synth": "infra", "spark": "spark"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With pytest-xdist (`make test` runs two workers, `--dist loadgroup`), keep the modules
+    that share a costly session fixture on one worker: the synthesized stack (and the stack
+    deployed from it) and the local SparkSession are built once, not once per worker. The
+    other modules of tests/infra and tests/spark (real spark-submit runs, the lake on the
+    embedded AWS) go to either worker, a module at a time: their module fixtures run once."""
+    modules: dict[str, list[pytest.Item]] = {}
     for item in items:
-        for folder in ("infra", "spark"):
-            if f"tests/{folder}/" in item.nodeid:
-                item.add_marker(pytest.mark.xdist_group(folder))
+        if "tests/infra/" in item.nodeid or "tests/spark/" in item.nodeid:
+            modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    for module, tests in modules.items():
+        used = {name for test in tests for name in getattr(test, "fixturenames", ())}
+        shared = [group for name, group in SHARED_SESSION_FIXTURES.items() if name in used]
+        group = shared[0] if shared else module
+        for test in tests:
+            test.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config.option, "loadgroup", False):  # an xdist worker of `--dist loadgroup`
+        for item in items:
+            _suffix_groups(item)
+
+
+def _suffix_groups(item: pytest.Item) -> None:
+    """Name a grouped item ``<nodeid>@<groups>``, the name xdist's scheduler groups by (any
+    ``xdist_group`` mark: these, a module's ``pytestmark``). xdist 3.8 writes it to
+    ``item._nodeid``, which pytest 9.2 no longer reads (its node ids live in ``_id``): without
+    this every test was scheduled alone, and each worker built the synthesized stack, the
+    deployment and a SparkSession of its own."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # an older pytest: xdist's own suffix holds
+        return
+    names = {
+        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        for mark in item.iter_markers("xdist_group")
+    }
+    suffix = "@" + "_".join(sorted(names))
+    if names and not item.nodeid.endswith(suffix):
+        item._id = NodeId.parse(item.nodeid + suffix)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")

@@ -14,14 +14,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from lambdas.consumer_waker.settings import WakerSettings
 from lambdas.entry import Handler, LazyHandler
 from lambdas.observability import instrumented, logger, metrics
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
+from shardlog.function_settings import WakerSettings
 from shardlog.lambda_consumer.wake import WakeSender, sweep, wakes_from_changes
-from shardlog.tables import TableNames, Tables
+from shardlog.tables import Tables
 
 SWEEP_BUCKET_MS = 60_000  # sweeps within one minute share their deduplication ids
 
@@ -35,7 +35,7 @@ def create_handler(
     clients = clients or Clients()
     clock = clock or SystemClock()
     sender = WakeSender(clients, settings.queues)
-    tables = Tables(clients, TableNames(settings.partitions_table, settings.consumers_table))
+    tables = Tables(clients, settings.tables)
     groups = sorted(settings.queues)
 
     def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

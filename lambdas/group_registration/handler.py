@@ -26,18 +26,18 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.entry import Handler, LazyHandler
-from lambdas.group_registration.settings import (
-    RESOURCE_TYPE,
-    RegistrationSettings,
-    group_from_properties,
-    group_properties,
-)
 from lambdas.observability import instrumented, logger, metrics
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
+from shardlog.function_settings import RegistrationSettings
 from shardlog.lambda_consumer.registration import register
-from shardlog.lambda_consumer.settings import LambdaConsumerSettings
+from shardlog.lambda_consumer.settings import (
+    RESOURCE_TYPE,
+    LambdaConsumerSettings,
+    group_from_properties,
+    group_properties,
+)
 
 RESPONSE_TIMEOUT_S = 30
 REASON_LIMIT = 1_000  # CloudFormation shows the reason; keep the response small

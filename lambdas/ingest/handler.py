@@ -17,7 +17,6 @@ from aws_lambda_powertools.utilities.data_classes import KinesisStreamEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.entry import Handler, LazyHandler
-from lambdas.ingest.settings import IngestSettings
 from lambdas.observability import instrumented, logger, metrics
 from shardlog import constants as C
 from shardlog.aws import Clients
@@ -29,6 +28,7 @@ from shardlog.exceptions import (
     LeaseLostError,
 )
 from shardlog.format import IncomingRecord
+from shardlog.function_settings import IngestSettings
 from shardlog.idempotence import MAGIC as ENVELOPE_MAGIC
 from shardlog.writer import LogWriter
 

@@ -17,7 +17,6 @@ from aws_lambda_powertools.utilities.data_classes import SQSEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.entry import Handler, LazyHandler
-from lambdas.lambda_consumer.settings import runner_settings_from_env
 from lambdas.observability import instrumented, logger, metrics
 from shardlog import constants as C
 from shardlog.aws import Clients
@@ -45,7 +44,7 @@ def create_handler(
     invoker: Invoker | None = None,
 ) -> Handler:
     """Build the handler; the local runtime and tests inject settings, clients, clock, invoker."""
-    settings = settings or runner_settings_from_env()
+    settings = settings or RunnerSettings.from_env()
     clients = clients or Clients()
     consumer = settings.consumer
     invoker = invoker or LambdaInvoker(

@@ -23,15 +23,8 @@ from lambdas.producer_api.checks import HttpError
 from lambdas.producer_api.models import PutRecordsRequest
 from shardlog import constants as C
 from shardlog.exceptions import ValidationError
-from shardlog.producer import (
-    FailureKind,
-    Outcome,
-    ProducerRecord,
-    PutFailure,
-    PutResult,
-    first_failure,
-    validate_record,
-)
+from shardlog.outcomes import FailureKind, Outcome, PutFailure, PutResult, first_failure
+from shardlog.records import ProducerRecord, validate_record
 
 # Kinesis refused the batch itself: bad input the checks let through -> 400.
 INVALID_ARGUMENT_CODES = frozenset({"InvalidArgumentException", "ValidationException"})

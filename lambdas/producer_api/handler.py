@@ -41,14 +41,15 @@ from lambdas.producer_api.models import (
     PutRecordsResponse,
     PutResultEntry,
 )
-from lambdas.producer_api.settings import ProducerApiSettings
 from lambdas.producer_api.spec import DOCS_PATH, OPENAPI_PATH
 from shardlog import __version__
 from shardlog import constants as C
 from shardlog.api_client import HEALTH_PATH, RECORDS_PATH
 from shardlog.aws import Clients
 from shardlog.clock import Clock
-from shardlog.producer import Outcome, Producer, PutResult
+from shardlog.function_settings import ProducerApiSettings
+from shardlog.outcomes import Outcome, PutResult
+from shardlog.producer import Producer
 
 METRIC_API_REQUESTS = "ApiRequests"
 METRIC_API_RECORDS_PUT = "ApiRecordsPut"

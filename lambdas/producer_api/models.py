@@ -2,7 +2,7 @@
 
 The models check shape only: types, required and unknown fields. The limits appear in
 the schema (``json_schema_extra``) so clients and schemathesis see them, but they are
-enforced in one place, ``shardlog.producer.validate_record`` and the handler's batch
+enforced in one place, ``shardlog.records.validate_record`` and the handler's batch
 checks, with the values of shardlog/constants.py and shardlog/idempotence.py. Field names
 are the JSON names (camelCase), the same the CDK request model uses. ``PutResultEntry``
 and ``PutFailureEntry`` are the JSON form of the SDK's outcomes, ``PutResult`` and
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from shardlog import constants as C
 from shardlog import idempotence
-from shardlog.producer import NOT_SENT, OUTCOME_UNKNOWN
+from shardlog.outcomes import NOT_SENT, OUTCOME_UNKNOWN
 
 # Base64 grows data by 4/3: the longest `data` string that can decode to one record.
 MAX_DATA_BASE64_CHARS: Final = 4 * math.ceil(C.KINESIS_MAX_RECORD_BYTES / 3)

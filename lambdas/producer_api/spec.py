@@ -25,7 +25,7 @@ from shardlog.api_client import (
     MAX_DATA_PER_REQUEST_BYTES,
 )
 from shardlog.idempotence import RECORD_ID_MAX_BYTES
-from shardlog.producer import OUTCOME_UNKNOWN
+from shardlog.outcomes import OUTCOME_UNKNOWN
 
 DOCS_PATH = "/docs"  # Swagger UI, served by the local server only
 OPENAPI_PATH = "/openapi.json"

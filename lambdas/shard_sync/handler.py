@@ -9,9 +9,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.entry import Handler, LazyHandler
 from lambdas.observability import instrumented, logger, metrics
-from lambdas.shard_sync.settings import ShardSyncSettings
 from shardlog import constants as C
 from shardlog.aws import Clients
+from shardlog.function_settings import ShardSyncSettings
 from shardlog.shardsync import ShardSync
 
 

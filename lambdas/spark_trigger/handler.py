@@ -16,10 +16,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas.entry import Handler, LazyHandler
 from lambdas.observability import instrumented, logger, metrics
-from lambdas.spark_trigger.settings import SparkTriggerSettings
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock
+from shardlog.function_settings import SparkTriggerSettings
 from shardlog.spark.trigger import SparkTrigger
 
 

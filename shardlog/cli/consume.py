@@ -20,11 +20,9 @@ from shardlog.config import ShardlogConfig
 from shardlog.consumer.multilang import MultiLangSettings, multilang_factory
 from shardlog.consumer.positions import InitialPosition, StartPosition
 from shardlog.consumer.settings import ConsumerSettings, validate_group
-from shardlog.consumer.status import group_kind, group_progress, lag_ms
 from shardlog.consumer.worker import Worker
 from shardlog.exceptions import ValidationError
-from shardlog.reader import LogReader
-from shardlog.tables import Tables
+from shardlog.status_rows import group_rows
 
 _DEFAULTS = ConsumerSettings()
 _ML_DEFAULTS = MultiLangSettings()
@@ -324,23 +322,10 @@ def echo_group_status(config: ShardlogConfig, group: str, as_json: bool) -> None
         validate_group(group)
     except ValidationError as exc:
         raise click.BadParameter(str(exc)) from None
-    clients = config.clients()
-    tables = Tables(clients, config.tables)
-    now = SystemClock().now_ms()
-    rows = group_progress(tables, group, now)
-    reader = LogReader(clients, config.bucket, config.tables, prefetch=1)
-    ages = {row.partition_id: lag_ms(reader, row, now) for row in rows}
-    kind = group_kind(tables, group) or "workers"
+    rows = group_rows(config.clients(), config.bucket, config.tables, group, SystemClock().now_ms())
+    kind = rows[0]["groupKind"] if rows else "workers"
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {**row.as_json(), "lagMs": ages[row.partition_id], "groupKind": kind}
-                    for row in rows
-                ],
-                indent=2,
-            )
-        )
+        click.echo(json.dumps(rows, indent=2))
         return
     click.echo(f"consumer group {group} ({'a Lambda function' if kind == 'lambda' else kind})")
     click.echo(
@@ -348,15 +333,15 @@ def echo_group_status(config: ShardlogConfig, group: str, as_json: bool) -> None
         f"{'lag ms':>9}  owner"
     )
     for row in rows:
-        owner = row.owner or "-"
-        if row.owner and not row.live:
+        owner = row["leaseOwner"] or "-"
+        if row["leaseOwner"] and not row["leaseLive"]:
             owner += " (expired)"
-        if row.waiting_on_parents:
-            owner += "  [waiting on parents " + ", ".join(row.parents) + "]"
-        checkpoint = row.checkpoint or "-"
-        if row.checkpoint_subseq is not None:
-            checkpoint += f"/{row.checkpoint_subseq}"
+        if row["waitingOnParents"]:
+            owner += "  [waiting on parents " + ", ".join(row["parents"]) + "]"
+        checkpoint = row["checkpoint"] or "-"
+        if row["checkpointSubSequenceNumber"] is not None:
+            checkpoint += f"/{row['checkpointSubSequenceNumber']}"
         click.echo(
-            f"{row.partition_id:<22} {row.state:<7} {row.next_seq:>9} {checkpoint:>10} "
-            f"{row.lag_records:>7} {ages[row.partition_id]:>9}  {owner}"
+            f"{row['partitionId']:<22} {row['state']:<7} {row['nextSeq']:>9} {checkpoint:>10} "
+            f"{row['lagRecords']:>7} {row['lagMs']:>9}  {owner}"
         )

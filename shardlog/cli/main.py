@@ -8,21 +8,26 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import click
-from botocore.exceptions import ClientError
 
 from shardlog import constants as C
+from shardlog.cli.console import DEFAULT_CONSOLE_PORT, start_console
 from shardlog.cli.consume import consume, echo_group_status
 from shardlog.cli.errors import DEBUG_OPTION, ShardlogGroup
 from shardlog.config import ShardlogConfig
-from shardlog.exceptions import ShardlogError, ValidationError
-from shardlog.producer import Outcome, Producer, PutResult, iter_json_records, validate_record
+from shardlog.exceptions import PortInUseError, ShardlogError, ValidationError
+from shardlog.local import ports
+from shardlog.outcomes import Outcome, PutResult
+from shardlog.producer import Producer
 from shardlog.reader import LogReader
+from shardlog.records import iter_json_records, validate_record
 from shardlog.shardsync import ShardSync
-from shardlog.tables import Tables
+from shardlog.status_rows import ingest_rows
 
 
 def _config(ctx: click.Context) -> ShardlogConfig:
@@ -97,7 +102,7 @@ def demo(
     records: int, keys: int, shards: int, segment_max_records: int, as_json: bool, spark: bool
 ) -> None:
     """Run the system on the embedded AWS: produce across a split and a merge, ingest, verify."""
-    from shardlog.demo import run_demo
+    from shardlog.local.demo import run_demo
 
     log = (lambda msg: click.echo(msg, err=True)) if not as_json else (lambda _m: None)
     with click.progressbar(
@@ -177,6 +182,14 @@ def local() -> None:
     "The group is registered (created at its start position) before anything runs. "
     "Repeatable.",
 )
+@click.option(
+    "--console-port",
+    default=DEFAULT_CONSOLE_PORT,
+    show_default=True,
+    type=click.IntRange(-1, 65535),
+    help="Port of the console (`shardlog console`, read-only) on 127.0.0.1 "
+    "(0: any free port; -1: no console).",
+)
 @click.pass_context
 def local_up(
     ctx: click.Context,
@@ -185,9 +198,10 @@ def local_up(
     api_port: int,
     max_seconds: float | None,
     lambda_consumers: list[Any],
+    console_port: int,
 ) -> None:
-    """Start the embedded AWS, the producer HTTP API and any Lambda consumer groups on
-    127.0.0.1; ingest (and consume) until interrupted."""
+    """Start the embedded AWS, the producer HTTP API, the console and any Lambda consumer
+    groups on 127.0.0.1; ingest (and consume) until interrupted."""
     from shardlog.local.runtime import LocalRuntime
 
     state_file = ctx.find_root().params["state_file"]
@@ -208,10 +222,17 @@ def local_up(
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with runtime:
+    with _ports_named(), runtime:
         runtime.run_in_background()
         click.echo(f"embedded AWS at {runtime.config.endpoint_url}")
         click.echo(f"producer API at {runtime.config.extra['apiUrl']} (Swagger UI: /docs)")
+        if console_port >= 0:
+            console_url = _local_console(ctx, runtime.config, console_port)
+            runtime.config = replace(
+                runtime.config, extra={**runtime.config.extra, "consoleUrl": console_url}
+            )
+            runtime.config.write(state_file)
+            click.echo(f"console at {console_url}")
         for group, state in runtime.config.extra.get("lambdaConsumers", {}).items():
             click.echo(
                 f"Lambda consumer group {group} -> {state['function']}; "
@@ -222,6 +243,33 @@ def local_up(
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait(max_seconds)
     click.echo("stopped")
+
+
+def _local_console(ctx: click.Context, config: ShardlogConfig, port: int) -> str:
+    """`shardlog console` beside the local runtime, read-only; stopped with the command."""
+    from shardlog.console.server import Console, ConsoleServer
+    from shardlog.console.source import Deployment
+
+    server = ConsoleServer(Console(Deployment.from_config(config)), port=port)
+    url = start_console(server, "--console-port")
+    ctx.call_on_close(server.shutdown)
+    return url
+
+
+# The option that chooses each local server's port.
+PORT_OPTIONS = {ports.EMBEDDED_AWS: "--port", ports.PRODUCER_API: "--api-port"}
+
+
+@contextlib.contextmanager
+def _ports_named() -> Iterator[None]:
+    """A port in use is one line naming the option that moves it (exit 2), no traceback."""
+    try:
+        yield
+    except PortInUseError as exc:
+        option = PORT_OPTIONS.get(exc.what, "--port")
+        raise ShardlogError(
+            f"{exc}: stop what holds it or choose another with {option} (0: any free port)"
+        ) from exc
 
 
 def _lambda_groups(specs: tuple[str, ...]) -> list[Any]:
@@ -353,23 +401,7 @@ def status(ctx: click.Context, group: str | None, as_json: bool) -> None:
     if group is not None:
         echo_group_status(config, group, as_json)
         return
-    clients = config.clients()
-    tables = Tables(clients, config.tables)
-    leases = {lease.partition_id: lease for lease in tables.list_leases(C.INGEST_GROUP)}
-    rows = []
-    for partition in tables.list_partitions():
-        lease = leases.get(partition.partition_id)
-        rows.append(
-            {
-                "partitionId": partition.partition_id,
-                "state": partition.state,
-                "nextSeq": partition.next_seq,
-                "ingestCheckpoint": lease.checkpoint if lease else None,
-                "leaseOwner": lease.owner if lease else None,
-                "lagRecords": _ingest_lag(clients, config.stream_name, partition, lease),
-                "parents": list(partition.parents),
-            }
-        )
+    rows = ingest_rows(config.clients(), config.stream_name, config.tables)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -381,33 +413,6 @@ def status(ctx: click.Context, group: str | None, as_json: bool) -> None:
             f"{row['lagRecords'] if row['lagRecords'] is not None else '?':>6}  "
             f"{row['leaseOwner'] or '-'} / {row['ingestCheckpoint'] or '-'}"
         )
-
-
-def _ingest_lag(clients: Any, stream: str, partition: Any, lease: Any) -> int | None:
-    """Records in the shard after the ingest checkpoint (bounded count; None if unknown)."""
-    if partition.state == C.STATE_ENDED:
-        return 0
-    kwargs: dict[str, Any] = {"StreamName": stream, "ShardId": partition.partition_id}
-    if lease and lease.checkpoint:
-        kwargs.update(
-            ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=lease.checkpoint
-        )
-    else:
-        kwargs["ShardIteratorType"] = "TRIM_HORIZON"
-    try:
-        iterator = clients.kinesis.get_shard_iterator(**kwargs)["ShardIterator"]
-        count = 0
-        for _ in range(10):
-            if not iterator:
-                break
-            page = clients.kinesis.get_records(ShardIterator=iterator, Limit=10_000)
-            count += len(page.get("Records", []))
-            if not page.get("Records") or page.get("MillisBehindLatest", 0) == 0:
-                break
-            iterator = page.get("NextShardIterator")
-        return count
-    except ClientError:  # the stream may be gone or the shard trimmed: lag unknown
-        return None
 
 
 @cli.command()
@@ -478,6 +483,7 @@ def main() -> None:  # pragma: no cover - console entry
     cli(standalone_mode=True)  # errors: shardlog.cli.errors.ShardlogGroup
 
 
+from shardlog.cli.console import console as _console  # noqa: E402 - after cli exists
 from shardlog.cli.lake import lake as _lake_group  # noqa: E402 - after cli exists
 from shardlog.cli.smoke import smoke as _smoke  # noqa: E402 - after cli exists
 from shardlog.cli.spark import spark as _spark_group  # noqa: E402 - after cli exists
@@ -486,3 +492,4 @@ cli.add_command(_spark_group)
 cli.add_command(_lake_group)
 cli.add_command(consume)
 cli.add_command(_smoke)
+cli.add_command(_console)

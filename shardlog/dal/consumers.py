@@ -140,6 +140,19 @@ def create_group(
     return _record(group, item)
 
 
+def group_items(clients: Clients, consumers_table: str, group: str) -> list[dict[str, Any]]:
+    """Every item of the group (its lease items and its ``$`` items) as stored, read
+    consistently: what a display of the group's progress reads."""
+    pages = clients.dynamodb.get_paginator("query").paginate(
+        TableName=consumers_table,
+        KeyConditionExpression="#g = :g",
+        ExpressionAttributeNames={"#g": C.ATTR_CONSUMER_GROUP},
+        ExpressionAttributeValues={":g": {"S": group}},
+        ConsistentRead=True,
+    )
+    return [item for page in pages for item in page.get("Items", [])]
+
+
 # --- a Lambda group's progress -------------------------------------------------------------
 _RETRY_ATTRIBUTES = ("#rstart", "#rend", "#rsize", "#rattempts")
 

@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from shardlog.aws import new_botocore_session
 from shardlog.lake.exceptions import CatalogUnavailableError, LakeSchemaError, NoLakeTableError
-from shardlog.lake.schema import PARTITION_SPEC, SCHEMA, SORT_ORDER, check_schema
+from shardlog.lake.schema import EVENTS, TableSchema
 from shardlog.lake.settings import LakeSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,8 +48,11 @@ def load_lake_catalog(settings: LakeSettings) -> Catalog:
         raise _unreachable(settings, exc) from exc
 
 
-def open_table(settings: LakeSettings, *, create: bool = False) -> Table:
-    """The lake table, checked to be shardlog's; created first when ``create`` is set."""
+def open_table(
+    settings: LakeSettings, *, create: bool = False, schema: TableSchema = EVENTS
+) -> Table:
+    """The lake table, checked to have the declared shape; created first (in that shape)
+    when ``create`` is set."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     catalog = load_lake_catalog(settings)
@@ -61,14 +64,14 @@ def open_table(settings: LakeSettings, *, create: bool = False) -> Table:
                 raise NoLakeTableError(
                     f"no lake table {settings.table} yet: run `shardlog spark run compact` first"
                 ) from exc
-            table = _create(catalog, settings)
-        _check(table, settings)
+            table = _create(catalog, settings, schema)
+        _check(table, settings, schema)
         return _with_protocol_properties(table)
     except _UNREACHABLE as exc:
         raise _unreachable(settings, exc) from exc
 
 
-def _create(catalog: Catalog, settings: LakeSettings) -> Table:
+def _create(catalog: Catalog, settings: LakeSettings, schema: TableSchema) -> Table:
     from pyiceberg.exceptions import NoSuchNamespaceError
 
     try:  # on AWS the stack creates the database: the job's role may not (CreateDatabase)
@@ -77,16 +80,16 @@ def _create(catalog: Catalog, settings: LakeSettings) -> Table:
         catalog.create_namespace_if_not_exists(settings.database)
     return catalog.create_table_if_not_exists(
         settings.table,
-        schema=SCHEMA,
+        schema=schema.iceberg(),
         location=settings.location,
-        partition_spec=PARTITION_SPEC,
-        sort_order=SORT_ORDER,
+        partition_spec=schema.partition_spec(),
+        sort_order=schema.sort_order(),
         properties=TABLE_PROPERTIES,
     )
 
 
-def _check(table: Table, settings: LakeSettings) -> None:
-    check_schema(table.schema(), settings.table)
+def _check(table: Table, settings: LakeSettings, schema: TableSchema) -> None:
+    schema.check(table.schema(), settings.table)
     if settings.location and table.location().rstrip("/") != settings.location.rstrip("/"):
         raise LakeSchemaError(
             f"table {settings.table} lives at {table.location()}, not {settings.location}: "

@@ -71,6 +71,7 @@ from shardlog.lake.exceptions import (
     LakeError,
     LakeSchemaError,
 )
+from shardlog.lake.references import referenced_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.table import Table
@@ -229,8 +230,6 @@ def _landed(
 
 def _references_any(table: Table, files: Sequence[str]) -> bool:
     """Whether any snapshot of the table references one of ``files`` (reads manifests)."""
-    from shardlog.lake.maintenance import referenced_files
-
     return not referenced_files(table).isdisjoint(files)
 
 

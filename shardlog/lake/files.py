@@ -8,6 +8,8 @@ sorted by seq, and is named after what it holds and the run that wrote it::
 The run id makes every name new: a file is written once and never overwritten, so a file a
 committed snapshot references can never change under it, and the files of a run that lost
 a race or crashed are told apart (and removed) without touching a committed one.
+A file's columns are the table's declared ones (``shardlog.lake.schema``), each filled from
+a segment by its mapper (``EVENT_RECORDS``): a new column is its declaration plus its mapper.
 The Spark job's executors call ``write_data_files`` themselves, a task per chunk of segments
 (``shardlog.spark.io.ChunkWriter``).
 """
@@ -15,7 +17,7 @@ The Spark job's executors call ``write_data_files`` themselves, a task per chunk
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +28,8 @@ import pyarrow.parquet as pq
 
 from shardlog import constants as C
 from shardlog.format import Segment
-from shardlog.lake.schema import ARROW_SCHEMA, COLUMNS, PARTITION_FIELD, UTC_MICROS
+from shardlog.lake.exceptions import LakeSchemaError
+from shardlog.lake.schema import EVENTS, Column, TableSchema
 from shardlog.lake.settings import LakeSettings
 
 DATA_DIR = "data/"
@@ -58,34 +61,73 @@ def data_file_key(
 ) -> str:
     """The key of a data file; ``prefix`` is the table location's key ending in '/'."""
     return (
-        f"{prefix}{DATA_DIR}{PARTITION_FIELD}={day}/{partition_id}-{first_seq:0{C.SEQ_DIGITS}d}"
+        f"{prefix}{DATA_DIR}{EVENTS.partition.name}={day}/{partition_id}-{first_seq:0{C.SEQ_DIGITS}d}"
         f"-{last_seq:0{C.SEQ_DIGITS}d}-{run_id}.parquet"
     )
 
 
-def segment_records(segment: Segment) -> pa.RecordBatch:
-    """The records of one segment in the table's Arrow schema; ``committed_at`` is the
-    segment's ``written_at_ms``, stamped by the writer just before its commit."""
-    records = segment.records
-    count = len(records)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([segment.partition_id] * count, pa.string()),
-            pa.array([r.seq for r in records], pa.int64()),
-            pa.array([r.partition_key for r in records], pa.string()),
-            pa.array([r.data for r in records], pa.binary()),
-            pa.array([r.kinesis_sequence_number for r in records], pa.string()),
-            pa.array([r.arrival_ms * 1000 for r in records], UTC_MICROS),
-            pa.array([segment.written_at_ms * 1000] * count, UTC_MICROS),
-            pa.array([r.record_id for r in records], pa.string()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+# How a segment fills a column: the values of its records, in order.
+ColumnMapper = Callable[[Segment], Sequence[object]]
 
 
-def parquet_bytes(table: pa.Table) -> bytes:
+@dataclass(frozen=True)
+class SegmentMapping:
+    """A table's columns filled from a segment: one mapper per declared column, no more, so
+    a declared column without a mapper fails at import, naming it."""
+
+    schema: TableSchema
+    mappers: Mapping[str, ColumnMapper]
+
+    def __post_init__(self) -> None:
+        declared, mapped = set(self.schema.names), set(self.mappers)
+        problems = [f"column {n} has no mapper" for n in sorted(declared - mapped)]
+        problems += [f"mapper {n} fills no declared column" for n in sorted(mapped - declared)]
+        if problems:
+            raise LakeSchemaError(f"segment mapping refused: {'; '.join(problems)}")
+
+    def with_column(self, column: Column, mapper: ColumnMapper) -> SegmentMapping:
+        """This mapping with one more column and its mapper (a copy)."""
+        return SegmentMapping(
+            self.schema.with_column(column), {**self.mappers, column.name: mapper}
+        )
+
+    def records(self, segment: Segment) -> pa.RecordBatch:
+        """The records of one segment in the table's Arrow schema."""
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.mappers[c.name](segment), c.arrow_type) for c in self.schema.columns],
+            schema=self.schema.arrow(),
+        )
+
+
+def _micros(ms: int) -> int:
+    return ms * 1000
+
+
+# The raw table: a log record's fields; ``committed_at`` is the segment's ``written_at_ms``,
+# stamped by the writer just before its commit.
+EVENT_RECORDS = SegmentMapping(
+    EVENTS,
+    {
+        "partition_id": lambda s: [s.partition_id] * len(s.records),
+        "seq": lambda s: [r.seq for r in s.records],
+        "partition_key": lambda s: [r.partition_key for r in s.records],
+        "data": lambda s: [r.data for r in s.records],
+        "kinesis_sequence_number": lambda s: [r.kinesis_sequence_number for r in s.records],
+        "arrival_time": lambda s: [_micros(r.arrival_ms) for r in s.records],
+        "committed_at": lambda s: [_micros(s.written_at_ms)] * len(s.records),
+        "record_id": lambda s: [r.record_id for r in s.records],
+    },
+)
+
+
+def segment_records(segment: Segment, mapping: SegmentMapping = EVENT_RECORDS) -> pa.RecordBatch:
+    """The records of one segment in the table's Arrow schema."""
+    return mapping.records(segment)
+
+
+def parquet_bytes(table: pa.Table, schema: TableSchema = EVENTS) -> bytes:
     sink = io.BytesIO()
-    pq.write_table(table.select(list(COLUMNS)).cast(ARROW_SCHEMA), sink, compression="zstd")
+    pq.write_table(table.select(list(schema.names)).cast(schema.arrow()), sink, compression="zstd")
     return sink.getvalue()
 
 
@@ -94,11 +136,15 @@ def arrival_day(arrival_time: datetime) -> str:
 
 
 def write_data_files(
-    s3: object, settings: LakeSettings, segments: Iterable[Segment], run_id: str
+    s3: object,
+    settings: LakeSettings,
+    segments: Iterable[Segment],
+    run_id: str,
+    mapping: SegmentMapping = EVENT_RECORDS,
 ) -> list[DataFile]:
     """Write segments' records as data files, one per (partition, arrival day), with one
     PutObject each (in a compaction task, and in tests)."""
-    batches = [segment_records(s) for s in segments]
+    batches = [mapping.records(s) for s in segments]
     if not batches:
         return []
     records = pa.Table.from_batches(batches).sort_by(
@@ -118,7 +164,7 @@ def write_data_files(
         seqs = rows.column("seq")
         first, last = pc.min(seqs).as_py(), pc.max(seqs).as_py()
         key = data_file_key(settings.key_prefix, partition_id, day, first, last, run_id)
-        body = parquet_bytes(rows)
+        body = parquet_bytes(rows, mapping.schema)
         s3.put_object(Bucket=settings.bucket, Key=key, Body=body)  # type: ignore[attr-defined]
         written.append(DataFile(key, partition_id, rows.num_rows, len(body), first, last))
     return written

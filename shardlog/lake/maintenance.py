@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from shardlog import constants as C
+from shardlog.lake.references import referenced_files
 from shardlog.lake.settings import LakeSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,25 +106,6 @@ def expire_snapshots(
         present = {s.snapshot_id for s in table.snapshots()}
         expired |= set(doomed) - present
     return sorted(expired)
-
-
-def referenced_files(table: Table) -> set[str]:
-    """Every file a remaining snapshot or the metadata references (full ``s3://`` URIs):
-    metadata files, manifest lists, manifests, data and delete files, and the statistics
-    files another engine may have written."""
-    io = table.io
-    metadata = table.metadata
-    files = {table.metadata_location}
-    files |= {entry.metadata_file for entry in metadata.metadata_log}
-    files |= {stats.statistics_path for stats in metadata.statistics}
-    files |= {stats.statistics_path for stats in metadata.partition_statistics}
-    for snapshot in table.snapshots():
-        files.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(io):
-            files.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-                files.add(entry.data_file.file_path)
-    return files
 
 
 def remove_orphans(

@@ -11,19 +11,20 @@ when it ran, each once: below the watermark from the table, at or above it from 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.types import BinaryType, DateType, TimestampType, TimestamptzType
 
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.lake.commit import table_watermarks
-from shardlog.lake.files import segment_records
-from shardlog.lake.schema import ARROW_SCHEMA, COLUMNS, UTC_MICROS
+from shardlog.lake.files import EVENT_RECORDS, SegmentMapping
+from shardlog.lake.schema import EVENTS, UTC_MICROS, Column, TableSchema
 from shardlog.segments import SegmentStore
 from shardlog.tables import PartitionInfo
 
@@ -114,11 +115,11 @@ def arrow_filter(rows: pa.Table, query: LakeQuery) -> pa.Table:
     return rows.filter(mask)
 
 
-def query_table(table: Table, query: LakeQuery) -> pa.Table:
+def query_table(table: Table, query: LakeQuery, schema: TableSchema = EVENTS) -> pa.Table:
     """The matching rows of the table's current snapshot, by (partition, seq), at most
-    ``limit``."""
-    rows = table.scan(row_filter=row_filter(query), selected_fields=COLUMNS).to_arrow()
-    return _ordered(rows.cast(ARROW_SCHEMA), query.limit)
+    ``limit``: the declared columns, in the declared Arrow schema."""
+    rows = table.scan(row_filter=row_filter(query), selected_fields=schema.names).to_arrow()
+    return _ordered(rows.cast(schema.arrow()), query.limit)
 
 
 def fresh_rows(
@@ -127,6 +128,7 @@ def fresh_rows(
     partitions: Sequence[PartitionInfo],
     watermarks: dict[str, int],
     query: LakeQuery,
+    mapping: SegmentMapping = EVENT_RECORDS,
 ) -> pa.Table:
     """The matching committed records of the log at or beyond the table's watermarks."""
     store = SegmentStore(clients, bucket)
@@ -137,10 +139,10 @@ def fresh_rows(
         if (wanted and partition.partition_id not in wanted) or start >= partition.next_seq:
             continue
         for segment in store.segments(partition.partition_id, start, partition.next_seq):
-            batch = pa.Table.from_batches([segment_records(segment)])
+            batch = pa.Table.from_batches([mapping.records(segment)])
             batches.append(batch.filter(pc.greater_equal(batch["seq"], start)))
     if not batches:
-        return ARROW_SCHEMA.empty_table()
+        return mapping.schema.arrow().empty_table()
     return arrow_filter(pa.concat_tables(batches), query)
 
 
@@ -152,29 +154,35 @@ def run_query(
     clients: Clients | None = None,
     bucket: str = "",
     partitions: Sequence[PartitionInfo] = (),
+    mapping: SegmentMapping = EVENT_RECORDS,
 ) -> pa.Table:
     """The table's matching rows; with ``fresh``, and the log's beyond its watermarks."""
-    rows = query_table(table, query)
+    rows = query_table(table, query, mapping.schema)
     if not fresh:
         return rows
     assert clients is not None, "a fresh query reads the log: give clients"
-    recent = fresh_rows(clients, bucket, partitions, table_watermarks(table), query)
-    return _ordered(pa.concat_tables([rows, recent.cast(ARROW_SCHEMA)]), query.limit)
+    marks = table_watermarks(table)
+    recent = fresh_rows(clients, bucket, partitions, marks, query, mapping)
+    return _ordered(pa.concat_tables([rows, recent.cast(mapping.schema.arrow())]), query.limit)
 
 
-def json_rows(rows: pa.Table) -> Iterator[dict[str, Any]]:
-    """Rows in the vocabulary of ``shardlog read --json`` (data in base64, times in UTC)."""
+def json_rows(rows: pa.Table, schema: TableSchema = EVENTS) -> Iterator[dict[str, Any]]:
+    """Rows in the vocabulary of ``shardlog read --json``: each declared column under its
+    camelCase name, binary in base64, times in UTC to the millisecond."""
+    convert = [(c.name, c.json_name, _json_value(c)) for c in schema.columns]
     for row in rows.to_pylist():
-        yield {
-            "partitionId": row["partition_id"],
-            "seq": row["seq"],
-            "partitionKey": row["partition_key"],
-            "data": base64.b64encode(row["data"]).decode("ascii"),
-            "kinesisSequenceNumber": row["kinesis_sequence_number"],
-            "arrivalTime": _iso_ms(row["arrival_time"]),
-            "committedAt": _iso_ms(row["committed_at"]),
-            "recordId": row["record_id"],
-        }
+        yield {key: value(row[name]) for name, key, value in convert}
+
+
+def _json_value(column: Column) -> Callable[[Any], Any]:
+    """How a column's values appear in JSON (null stays null)."""
+    if isinstance(column.kind, BinaryType):
+        return lambda raw: None if raw is None else base64.b64encode(raw).decode("ascii")
+    if isinstance(column.kind, TimestamptzType):
+        return lambda when: None if when is None else _iso_ms(when)
+    if isinstance(column.kind, (TimestampType, DateType)):
+        return lambda when: None if when is None else when.isoformat()
+    return lambda value: value
 
 
 def render_rows(rows: list[dict[str, Any]]) -> str:

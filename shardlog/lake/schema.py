@@ -1,7 +1,24 @@
-"""The lake table's shape: columns, partitioning, sort order, and its Arrow twin.
+"""The lake table's shape, declared once: its columns, partitioning and sort order.
 
-One row per committed log record. ``(partition_id, seq)`` identifies it (Iceberg identifier
-fields); ``committed_at`` is the segment's ``written_at_ms`` (docs/SPARK.md, ingest delay).
+A table's shape is a value (``TableSchema``): a tuple of ``Column`` specs (name, Iceberg
+type, required, doc, Iceberg field id), the identifier columns, one partition transform and
+the sort columns. Every other shape of the table is derived from it, never written again:
+
+- the Iceberg schema, partition spec and sort order the catalog creates the table with;
+- the Arrow schema of the data files and of query results (``ARROW_TYPES``);
+- the Spark schema of the jobs (a DDL string, or a ``StructType``);
+- the check that an existing table is the declared one (``TableSchema.check``);
+- the column lists of file writing (``shardlog.lake.files``: a mapper per column fills it
+  from a segment) and of queries and their JSON rows (``shardlog.lake.query``).
+
+So a new column is one edit here plus its mapper in ``shardlog.lake.files``. A declaration
+is checked when it is made (unique names and field ids, identifiers and partition and sort
+columns declared and required, a type every derived shape has), so a bad one fails at
+import, naming the column.
+
+``EVENTS`` is the raw table: one row per committed log record. ``(partition_id, seq)``
+identifies it (Iceberg identifier fields); ``committed_at`` is the segment's
+``written_at_ms`` (docs/SPARK.md, ingest delay).
 
 **Partitioned by arrival day** (``day(arrival_time)``), not hour: a scheduled compaction
 appends a few minutes of records per run, so hourly partitions would hold one small file
@@ -17,85 +34,262 @@ from few row groups, and a file's seq range (its min/max stats) equals its batch
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
 import pyarrow as pa
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortField, SortOrder
-from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.transforms import DayTransform, IdentityTransform, Transform
 from pyiceberg.types import (
     BinaryType,
+    BooleanType,
+    DateType,
+    DoubleType,
+    FloatType,
     IcebergType,
+    IntegerType,
     LongType,
     NestedField,
     StringType,
+    TimestampType,
     TimestamptzType,
 )
 
 from shardlog.lake.exceptions import LakeSchemaError
 
-_COLUMNS: tuple[tuple[int, str, IcebergType, bool, str], ...] = (
-    (1, "partition_id", StringType(), True, "the log partition (Kinesis shard id)"),
-    (2, "seq", LongType(), True, "position in the partition: 0, 1, 2, ... dense"),
-    (3, "partition_key", StringType(), True, "the Kinesis partition key"),
-    (4, "data", BinaryType(), True, "the record's bytes"),
-    (5, "kinesis_sequence_number", StringType(), True, "up to 128 digits: compare as numbers"),
-    (6, "arrival_time", TimestamptzType(), True, "Kinesis approximate arrival time"),
-    (7, "committed_at", TimestamptzType(), True, "when the writer committed its segment"),
-    (8, "record_id", StringType(), False, "the producer's id of an idempotent produce"),
-)
-COLUMNS = tuple(name for _, name, *_ in _COLUMNS)
-PARTITION_FIELD = "arrival_day"
-
-SCHEMA = Schema(
-    *(
-        NestedField(field_id, name, kind, required=required, doc=doc)
-        for field_id, name, kind, required, doc in _COLUMNS
-    ),
-    identifier_field_ids=[1, 2],
-)
-PARTITION_SPEC = PartitionSpec(
-    PartitionField(source_id=6, field_id=1000, transform=DayTransform(), name=PARTITION_FIELD)
-)
-SORT_ORDER = SortOrder(
-    SortField(source_id=1, transform=IdentityTransform()),
-    SortField(source_id=2, transform=IdentityTransform()),
-)
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql.types import StructType
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("partition_id", pa.string(), nullable=False),
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("partition_key", pa.string(), nullable=False),
-        pa.field("data", pa.binary(), nullable=False),
-        pa.field("kinesis_sequence_number", pa.string(), nullable=False),
-        pa.field("arrival_time", UTC_MICROS, nullable=False),
-        pa.field("committed_at", UTC_MICROS, nullable=False),
-        pa.field("record_id", pa.string(), nullable=True),
-    ]
-)
+# Each Iceberg type a column may have, as Arrow and as Spark's DDL name it. Plain (not
+# large) Arrow strings and binaries: what Spark's mapInArrow and pyiceberg's add_files take.
+ARROW_TYPES: dict[type[IcebergType], pa.DataType] = {
+    StringType: pa.string(),
+    BinaryType: pa.binary(),
+    BooleanType: pa.bool_(),
+    IntegerType: pa.int32(),
+    LongType: pa.int64(),
+    FloatType: pa.float32(),
+    DoubleType: pa.float64(),
+    DateType: pa.date32(),
+    TimestampType: pa.timestamp("us"),
+    TimestamptzType: UTC_MICROS,
+}
+# Spark's type names (``DataType.typeName()``), which its DDL parser also takes.
+SPARK_TYPES: dict[type[IcebergType], str] = {
+    StringType: "string",
+    BinaryType: "binary",
+    BooleanType: "boolean",
+    IntegerType: "integer",
+    LongType: "long",
+    FloatType: "float",
+    DoubleType: "double",
+    DateType: "date",
+    TimestampType: "timestamp_ntz",
+    TimestamptzType: "timestamp",
+}
+# Iceberg numbers partition fields from 1000 (the spec's convention; column ids stay below).
+FIRST_PARTITION_FIELD_ID = 1000
+# A column name every engine takes unquoted (Spark DDL, Athena, pyiceberg, JSON in camelCase).
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def check_schema(found: Schema, identifier: str) -> None:
-    """Refuse a table whose columns are not shardlog's (name, type, required), by name."""
-    expected = {f.name: f for f in SCHEMA.fields}
-    actual = {f.name: f for f in found.fields}
-    problems = []
-    for name, want in expected.items():
-        have = actual.get(name)
-        if have is None:
-            problems.append(f"missing column {name}")
-        elif have.field_type != want.field_type or have.required != want.required:
-            problems.append(
-                f"column {name} is {have.field_type}{' required' if have.required else ''}, "
-                f"expected {want.field_type}{' required' if want.required else ''}"
+@dataclass(frozen=True)
+class Column:
+    """One column: its Iceberg field id (never reused: readers match files by it), name,
+    Iceberg type, whether every row has a value, and what it holds."""
+
+    field_id: int
+    name: str
+    kind: IcebergType
+    required: bool
+    doc: str
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name):
+            raise LakeSchemaError(
+                f"column name {self.name!r}: lower case letters, digits and _, "
+                "starting with a letter"
             )
-    problems += [
-        f"unexpected required column {n}"
-        for n in actual.keys() - expected.keys()
-        if actual[n].required
-    ]
-    if problems:
-        raise LakeSchemaError(
-            f"table {identifier} is not a shardlog lake table: {'; '.join(sorted(problems))}"
+        if self.field_id < 1 or self.field_id >= FIRST_PARTITION_FIELD_ID:
+            raise LakeSchemaError(
+                f"column {self.name}: field id must be 1..{FIRST_PARTITION_FIELD_ID - 1}, "
+                f"not {self.field_id}"
+            )
+        if type(self.kind) not in ARROW_TYPES:
+            known = ", ".join(str(kind()) for kind in ARROW_TYPES)
+            raise LakeSchemaError(f"column {self.name}: type {self.kind} is not one of {known}")
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return ARROW_TYPES[type(self.kind)]
+
+    @property
+    def spark_type(self) -> str:
+        return SPARK_TYPES[type(self.kind)]
+
+    @property
+    def json_name(self) -> str:
+        """The name in JSON rows (camelCase, like the rest of shardlog's JSON)."""
+        head, *rest = self.name.split("_")
+        return head + "".join(word.capitalize() for word in rest)
+
+
+@dataclass(frozen=True)
+class PartitionBy:
+    """The table's partition: a transform of one column, under its own name."""
+
+    column: str
+    transform: Transform[Any, Any]
+    name: str
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A lake table's shape, declared once; every other shape derived from it."""
+
+    columns: tuple[Column, ...]
+    identifier: tuple[str, ...]
+    partition: PartitionBy
+    sort_by: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        problems = _duplicates("column name", [c.name for c in self.columns])
+        problems += _duplicates("field id", [c.field_id for c in self.columns])
+        by_name = {c.name: c for c in self.columns}
+        uses = [("identifier", n) for n in self.identifier]
+        uses += [("partition", self.partition.column)]
+        uses += [("sort", n) for n in self.sort_by]
+        for role, name in uses:
+            column = by_name.get(name)
+            if column is None:
+                problems.append(f"{role} column {name} is not declared")
+            elif not column.required:
+                problems.append(f"{role} column {name} must be required")
+        if problems:
+            raise LakeSchemaError(f"table schema refused: {'; '.join(problems)}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise LakeSchemaError(f"no column {name} in {', '.join(self.names)}")
+
+    def with_column(self, column: Column) -> TableSchema:
+        """This shape with one more column (a copy: declarations are values)."""
+        return TableSchema((*self.columns, column), self.identifier, self.partition, self.sort_by)
+
+    def iceberg(self) -> Schema:
+        return Schema(
+            *(
+                NestedField(c.field_id, c.name, c.kind, required=c.required, doc=c.doc)
+                for c in self.columns
+            ),
+            identifier_field_ids=[self.column(n).field_id for n in self.identifier],
         )
+
+    def partition_spec(self) -> PartitionSpec:
+        return PartitionSpec(
+            PartitionField(
+                source_id=self.column(self.partition.column).field_id,
+                field_id=FIRST_PARTITION_FIELD_ID,
+                transform=self.partition.transform,
+                name=self.partition.name,
+            )
+        )
+
+    def sort_order(self) -> SortOrder:
+        return SortOrder(
+            *(
+                SortField(source_id=self.column(n).field_id, transform=IdentityTransform())
+                for n in self.sort_by
+            )
+        )
+
+    def arrow(self) -> pa.Schema:
+        return pa.schema(
+            [pa.field(c.name, c.arrow_type, nullable=not c.required) for c in self.columns]
+        )
+
+    def spark_ddl(self) -> str:
+        """The Spark schema as DDL (what ``createDataFrame`` and ``mapInArrow`` take). Every
+        field nullable, as Spark reads Arrow batches."""
+        return ", ".join(f"{c.name} {c.spark_type}" for c in self.columns)
+
+    def spark_struct(self) -> StructType:
+        """The same Spark schema as a ``StructType`` (pyspark imported only here)."""
+        from pyspark.sql import types
+
+        kinds = (
+            types.StringType,
+            types.BinaryType,
+            types.BooleanType,
+            types.IntegerType,
+            types.LongType,
+            types.FloatType,
+            types.DoubleType,
+            types.DateType,
+            types.TimestampType,
+            types.TimestampNTZType,
+        )
+        by_name = {kind.typeName(): kind for kind in kinds}
+        return types.StructType(
+            [types.StructField(c.name, by_name[c.spark_type]()) for c in self.columns]
+        )
+
+    def check(self, found: Schema, identifier: str) -> None:
+        """Refuse a table whose columns are not these (name, type, required), by name. A
+        table may have more columns, if they are optional (added by another engine)."""
+        expected = {c.name: c for c in self.columns}
+        actual = {f.name: f for f in found.fields}
+        problems = []
+        for name, want in expected.items():
+            have = actual.get(name)
+            if have is None:
+                problems.append(f"missing column {name}")
+            elif have.field_type != want.kind or have.required != want.required:
+                problems.append(
+                    f"column {name} is {have.field_type}{' required' if have.required else ''}, "
+                    f"expected {want.kind}{' required' if want.required else ''}"
+                )
+        problems += [
+            f"unexpected required column {n}"
+            for n in actual.keys() - expected.keys()
+            if actual[n].required
+        ]
+        if problems:
+            raise LakeSchemaError(
+                f"table {identifier} is not a shardlog lake table: {'; '.join(sorted(problems))}"
+            )
+
+
+def _duplicates(what: str, values: Sequence[object]) -> list[str]:
+    return [f"{what} {v} declared {n} times" for v, n in Counter(values).items() if n > 1]
+
+
+EVENTS = TableSchema(
+    columns=(
+        Column(1, "partition_id", StringType(), True, "the log partition (Kinesis shard id)"),
+        Column(2, "seq", LongType(), True, "position in the partition: 0, 1, 2, ... dense"),
+        Column(3, "partition_key", StringType(), True, "the Kinesis partition key"),
+        Column(4, "data", BinaryType(), True, "the record's bytes"),
+        Column(
+            5, "kinesis_sequence_number", StringType(), True, "up to 128 digits: compare as numbers"
+        ),
+        Column(6, "arrival_time", TimestamptzType(), True, "Kinesis approximate arrival time"),
+        Column(7, "committed_at", TimestamptzType(), True, "when the writer committed its segment"),
+        Column(8, "record_id", StringType(), False, "the producer's id of an idempotent produce"),
+    ),
+    identifier=("partition_id", "seq"),
+    partition=PartitionBy("arrival_time", DayTransform(), "arrival_day"),
+    sort_by=("partition_id", "seq"),
+)

@@ -25,28 +25,53 @@ EVENT_NAME = "aws:kinesis:record"
 SCHEMA_VERSION = "1.0"
 
 
+def kinesis_event_record(
+    *,
+    shard_id: str,
+    partition_key: str,
+    sequence_number: str,
+    data: bytes,
+    arrival_s: float,
+    event_source_arn: str | None,
+    region: str,
+    invoke_identity_arn: str,
+) -> dict[str, Any]:
+    """One record of Lambda's Kinesis event, as an event source mapping delivers it: the one
+    builder of this shape (the runner's events here, the local poller's, the benchmarks')."""
+    return {
+        "kinesis": {
+            "kinesisSchemaVersion": SCHEMA_VERSION,
+            "partitionKey": partition_key,
+            "sequenceNumber": sequence_number,
+            "data": base64.b64encode(data).decode("ascii"),
+            "approximateArrivalTimestamp": arrival_s,
+        },
+        "eventSource": EVENT_SOURCE,
+        "eventVersion": "1.0",
+        "eventID": f"{shard_id}:{sequence_number}",
+        "eventName": EVENT_NAME,
+        "invokeIdentityArn": invoke_identity_arn,
+        "awsRegion": region,
+        "eventSourceARN": event_source_arn,
+    }
+
+
 def kinesis_event(
     records: Sequence[LogRecord], *, event_source_arn: str, region: str, invoke_identity_arn: str
 ) -> dict[str, Any]:
     """Lambda's Kinesis event for these records of one partition (in log order)."""
     return {
         "Records": [
-            {
-                "kinesis": {
-                    "kinesisSchemaVersion": SCHEMA_VERSION,
-                    "partitionKey": r.partition_key,
-                    "sequenceNumber": str(r.seq),
-                    "data": base64.b64encode(r.data).decode("ascii"),
-                    "approximateArrivalTimestamp": r.arrival_ms / 1000,
-                },
-                "eventSource": EVENT_SOURCE,
-                "eventVersion": "1.0",
-                "eventID": f"{r.partition_id}:{r.seq}",
-                "eventName": EVENT_NAME,
-                "invokeIdentityArn": invoke_identity_arn,
-                "awsRegion": region,
-                "eventSourceARN": event_source_arn,
-            }
+            kinesis_event_record(
+                shard_id=r.partition_id,
+                partition_key=r.partition_key,
+                sequence_number=str(r.seq),
+                data=r.data,
+                arrival_s=r.arrival_ms / 1000,
+                event_source_arn=event_source_arn,
+                region=region,
+                invoke_identity_arn=invoke_identity_arn,
+            )
             for r in records
         ]
     }

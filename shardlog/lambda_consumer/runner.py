@@ -70,7 +70,7 @@ from shardlog.lambda_consumer.wake import PARENT_ENDED, REWAKE, Wake, WakeSender
 from shardlog.lease import LeaseManager
 from shardlog.partitions import lineage_known, parents_done
 from shardlog.reader import LogReader
-from shardlog.tables import PartitionInfo, TableNames, Tables
+from shardlog.tables import PartitionInfo, Tables
 
 __all__ = ["Outcome", "RunReport", "Runner"]
 
@@ -96,7 +96,7 @@ class Runner:
         self.wakes = wakes
         self.clock = clock or SystemClock()
         self.function_arn = function_arn or self.consumer.function_name
-        names = TableNames(settings.partitions_table, settings.consumers_table)
+        names = settings.tables
         self.tables = Tables(clients, names)
         self.reader = LogReader(clients, settings.bucket, names, prefetch=2)
         self.leases = LeaseManager(

@@ -3,17 +3,20 @@ validated once (at synth, at the runner's cold start, at `shardlog local up`).""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ValidationError as PydanticValidationError
 
 from shardlog import constants as C
 from shardlog.consumer.positions import StartPosition
 from shardlog.consumer.settings import validate_group
-from shardlog.exceptions import ValidationError
-from shardlog.settings import BucketName, TableName
+from shardlog.exceptions import ConfigurationError, ValidationError
+from shardlog.settings import BucketName, Tables
 
 # An on-failure destination: an SQS queue, an SNS topic or an S3 bucket (Lambda's three).
 DESTINATION_ARN = re.compile(
@@ -132,9 +135,60 @@ class RunnerSettings(BaseModel):
 
     consumer: LambdaConsumerSettings
     bucket: BucketName
-    partitions_table: TableName
-    consumers_table: TableName
+    tables: Tables
     wake_queue_url: str = Field(min_length=1)
     # The event's eventSourceARN: the log's Kinesis stream (records carry log seqs).
     event_source_arn: str = Field(min_length=1)
     region: str = C.DEFAULT_REGION
+
+    @property
+    def consumers_table(self) -> str:
+        """The table of the group's leases and checkpoints (the runner's reads name it)."""
+        return self.tables.consumers
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RunnerSettings:
+        """The runner's settings: one JSON document in SHARDLOG_LAMBDA_CONSUMER, written by
+        the CDK construct from this model, validated at cold start."""
+        env = os.environ if environ is None else environ
+        raw = env.get(C.ENV_LAMBDA_CONSUMER)
+        if not raw:
+            raise ConfigurationError(f"{C.ENV_LAMBDA_CONSUMER} is not set: the runner has no group")
+        try:
+            return cls.model_validate_json(raw)
+        except PydanticValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise ConfigurationError(f"invalid {C.ENV_LAMBDA_CONSUMER}: {problems}") from exc
+
+
+# --- the group as the properties of its registration (the custom resource) ----------------
+RESOURCE_TYPE = "Custom::ShardlogConsumerGroup"
+# The custom resource's properties: CloudFormation passes every value as a string.
+PROPERTIES = {
+    "group": "Group",
+    "starting_position": "StartingPosition",
+    "starting_position_timestamp_ms": "StartingPositionTimestampMs",
+}
+
+
+def group_properties(settings: LambdaConsumerSettings) -> dict[str, str]:
+    """The resource properties the stack writes for a group: what registration needs."""
+    values = settings.model_dump(include=set(PROPERTIES), mode="json")
+    return {PROPERTIES[k]: str(v) for k, v in values.items() if v is not None}
+
+
+def group_from_properties(properties: Mapping[str, Any]) -> LambdaConsumerSettings:
+    """The group the properties declare, validated by the group's own rules; an error
+    names the property and the rule."""
+    values = {k: properties[name] for k, name in PROPERTIES.items() if name in properties}
+    values["function_name"] = "-"  # registration never invokes the group's function
+    try:
+        return LambdaConsumerSettings.model_validate(values)
+    except PydanticValidationError as exc:
+        problems = "; ".join(
+            f"{PROPERTIES.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else 'group'}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ConfigurationError(f"invalid consumer group properties: {problems}") from exc

@@ -131,8 +131,8 @@ def run_group_registrations(
     """Do what each Custom::ShardlogConsumerGroup's service token does: call the registration
     handler (in-process) with a Create request; returns the groups registered."""
     from lambdas.group_registration.handler import create_handler
-    from lambdas.group_registration.settings import RegistrationSettings
-    from shardlog.local.poller import LambdaContext
+    from shardlog.function_settings import RegistrationSettings
+    from shardlog.local.lambda_context import LambdaContext
 
     cfn, lam = clients.client("cloudformation"), clients.client("lambda")
     registered = []

@@ -39,9 +39,10 @@ from shardlog.clock import Clock, SystemClock
 from shardlog.exceptions import ConfigurationError
 from shardlog.local.event_sources import DynamoDbStreamSource, SqsEventSource
 from shardlog.local.http_api import LocalApiServer
-from shardlog.local.poller import EventSourcePoller, EventSourceSettings, LambdaContext
+from shardlog.local.lambda_context import LambdaContext
+from shardlog.local.poller import EventSourcePoller, EventSourceSettings
 from shardlog.stack import DeployedStack
-from shardlog.tables import TableNames, Tables
+from shardlog.tables import Tables
 
 Function = Callable[[dict[str, Any], Any], Any]
 # The handler paths of the template's functions (lambdas/<function>/handler.py's `handler`).
@@ -114,9 +115,8 @@ class DeployedRuntime:
     # --- set-up ----------------------------------------------------------------------------
     def start(self) -> DeployedRuntime:
         from lambdas.producer_api.handler import create_handler as create_api
-        from lambdas.producer_api.settings import ProducerApiSettings
         from lambdas.shard_sync.handler import create_handler as create_sync
-        from lambdas.shard_sync.settings import ShardSyncSettings
+        from shardlog.function_settings import ProducerApiSettings, ShardSyncSettings
 
         sync = self._one(SHARD_SYNC)
         self.shard_sync = create_sync(ShardSyncSettings.from_env(sync.environment), self._own())
@@ -139,13 +139,11 @@ class DeployedRuntime:
 
     def _ingest_poller(self) -> EventSourcePoller:
         from lambdas.ingest.handler import create_handler
-        from lambdas.ingest.settings import IngestSettings
+        from shardlog.function_settings import IngestSettings
 
         ingest = self._one(INGEST)
         settings = IngestSettings.from_env(ingest.environment)
-        tables = Tables(
-            self.clients, TableNames(settings.partitions_table, settings.consumers_table)
-        )
+        tables = Tables(self.clients, settings.tables)
         mapping = self._mapping(ingest, "kinesis")
 
         def checkpoint(shard_id: str) -> str | None:
@@ -179,14 +177,14 @@ class DeployedRuntime:
 
     def _start_lambda_consumers(self) -> None:
         from lambdas.consumer_waker.handler import create_handler as create_waker
-        from lambdas.consumer_waker.settings import WakerSettings
         from lambdas.lambda_consumer.handler import create_handler as create_runner
-        from lambdas.lambda_consumer.settings import runner_settings_from_env
-        from shardlog.lambda_consumer.invoke import LocalInvoker
+        from shardlog.function_settings import WakerSettings
+        from shardlog.lambda_consumer.settings import RunnerSettings
+        from shardlog.local.lambda_context import LocalInvoker
 
         runners = [f for f in self.functions if f.handler == RUNNER]
         for runner in runners:
-            settings = runner_settings_from_env(runner.environment)
+            settings = RunnerSettings.from_env(runner.environment)
             group = settings.consumer.group
             if group not in self.group_functions:
                 raise ConfigurationError(

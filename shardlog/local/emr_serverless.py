@@ -6,8 +6,9 @@ in-process backend (the server side: every boto3 client sees it) so that:
 
 - StartJobRun returns at once with state SUBMITTED and starts, in a thread, the
   ``spark-submit`` of the installed pyspark on ``local[2]`` for the run's entryPoint with
-  its entryPointArguments. An ``s3://`` entryPoint is read from the embedded S3 (the
-  scripts are deployed there, as on AWS); a local path is used as is;
+  its entryPointArguments, in the one local configuration (``shardlog.spark.session``).
+  An ``s3://`` entryPoint is read from the embedded S3 (the scripts are deployed there,
+  as on AWS); a local path is used as is;
 - the run is RUNNING while the process lives, then SUCCESS (exit 0) or FAILED with the
   end of its log in ``stateDetails``; CancelJobRun kills it (CANCELLING, then CANCELLED);
 - a repeated ``clientToken`` on the same application returns the first run: no second run;
@@ -50,9 +51,9 @@ from moto.emrserverless import models as emr_models
 
 from shardlog import constants as C
 from shardlog.local import principals
+from shardlog.spark.session import LOCAL_MASTER, local_conf, local_environment
 
 LOG_ROOT = Path(tempfile.gettempdir()) / "shardlog-emr-serverless"
-LOCAL_MASTER = "local[2]"
 ACTIVE_STATES = ("SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED", "CANCELLING")
 _EMR_ONLY_CONF_PREFIXES = (
     "spark.archives",
@@ -61,15 +62,6 @@ _EMR_ONLY_CONF_PREFIXES = (
     "spark.executorEnv.PYSPARK_PYTHON",
     "spark.executorEnv.PYTHONPATH",
 )
-_LOCAL_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",  # local[2]: one shuffle partition per core
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.host": "127.0.0.1",
-    # Short jobs on a small machine: the C1 JIT alone starts faster and is enough here.
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-}
 _DETAILS_CHARS = 2000
 
 _SHIPPED_DROPPED_PREFIXES = (
@@ -108,9 +100,10 @@ def submitted_conf(spark_submit_parameters: str | None) -> dict[str, str]:
 
 
 def local_spark_conf(spark_submit_parameters: str | None, *, shipped: bool = False) -> list[str]:
-    """The ``--conf`` arguments of a run that make sense locally, after ours."""
+    """The ``--conf`` arguments of a run that make sense locally, after the one local
+    configuration (``shardlog.spark.session.local_conf``)."""
     dropped = _SHIPPED_DROPPED_PREFIXES if shipped else _EMR_ONLY_CONF_PREFIXES
-    confs = dict(_LOCAL_CONF)
+    confs = local_conf()
     for key, setting in submitted_conf(spark_submit_parameters).items():
         if not key.startswith(dropped):
             confs[key] = setting
@@ -193,14 +186,7 @@ def _command(job_run: Any, entry: Path, shipped: bool = False) -> list[str]:
 
 
 def _environment(job_run: Any, shipped: Path | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    python = str(shipped or sys.executable)
-    env.update(
-        PYSPARK_PYTHON=python,
-        PYSPARK_DRIVER_PYTHON=python,
-        PYARROW_IGNORE_TIMEZONE="1",
-        SPARK_LOCAL_IP="127.0.0.1",  # the driver and its block manager stay on loopback
-    )
+    env = dict(os.environ) | local_environment(str(shipped or sys.executable))
     if shipped is not None:  # nothing of this environment's path: only what the run names
         env.pop("PYTHONPATH", None)
         params = job_run.job_driver["sparkSubmit"].get("sparkSubmitParameters")

@@ -23,7 +23,7 @@ from typing import Any
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
-from shardlog.local.poller import LambdaContext
+from shardlog.local.lambda_context import LambdaContext
 
 logger = logging.getLogger("shardlog.local")
 Handler = Callable[[dict[str, Any], Any], Any]

@@ -22,7 +22,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from shardlog import constants as C
 from shardlog.clock import SystemClock
-from shardlog.local.poller import LambdaContext
+from shardlog.local.lambda_context import LambdaContext
+from shardlog.local.ports import PRODUCER_API, listening
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,8 @@ class LocalApiServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> str:
-        server = ThreadingHTTPServer((self.host, self.port), _request_handler_class(self))
+        with listening(PRODUCER_API, self.host, self.port):
+            server = ThreadingHTTPServer((self.host, self.port), _request_handler_class(self))
         server.daemon_threads = True
         self._server = server
         self.port = int(server.server_address[1])

@@ -32,6 +32,8 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import ThreadedWSGIServer
 
+from shardlog.local.ports import EMBEDDED_AWS, listening
+
 log = logging.getLogger(__name__)
 
 # A connection nobody used for this long is closed (its thread ends). Clients reopen one
@@ -146,6 +148,13 @@ class _Server(ThreadedWSGIServer):
         self.connections: set[socket.socket] = set()
         self.connections_opened = 0
         self._lock = threading.Lock()
+
+    def server_bind(self) -> None:
+        # werkzeug turns an OSError here into a message on stderr and sys.exit(1); a port in
+        # use must reach the CLI as the error that names its option.
+        host, port = self.server_address[:2]
+        with listening(EMBEDDED_AWS, str(host), int(port)):
+            super().server_bind()
 
     def track(self, connection: socket.socket, *, open_: bool) -> None:
         with self._lock:

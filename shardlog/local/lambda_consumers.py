@@ -1,6 +1,6 @@
 """Lambda consumer groups on the embedded AWS, with no Docker: the same waker and runner
 handlers as on AWS, their event sources emulated in-process, and the group's function
-called in-process (``LocalInvoker``).
+called in-process (``LocalInvoker``, shardlog/local/lambda_context.py).
 
 Each group is registered first (its start position fixed per partition, as a deploy's
 custom resource does). Per group: an SQS FIFO wake queue (with a dead-letter queue), an
@@ -26,11 +26,11 @@ from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ConfigurationError, ValidationError
-from shardlog.lambda_consumer.invoke import LocalInvoker
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
 from shardlog.lambda_consumer.wake import wake_queue_name
 from shardlog.local import principals, request_log
 from shardlog.local.event_sources import DynamoDbStreamSource, SqsEventSource
+from shardlog.local.lambda_context import LocalInvoker
 
 Function = Callable[[dict[str, Any], Any], Any]
 # As the stack builds them (tests/infra/test_parity.py holds the two together).
@@ -106,8 +106,8 @@ class LocalLambdaConsumers:
     # --- set-up --------------------------------------------------------------------------
     def start(self) -> LocalLambdaConsumers:
         from lambdas.consumer_waker.handler import create_handler as create_waker
-        from lambdas.consumer_waker.settings import WakerSettings
         from lambdas.lambda_consumer.handler import create_handler as create_runner
+        from shardlog.function_settings import WakerSettings
 
         sqs = self.clients.client("sqs")
         stream_arn = self.clients.kinesis.describe_stream_summary(
@@ -125,8 +125,7 @@ class LocalLambdaConsumers:
                     }
                 ),
                 bucket=self.config.bucket,
-                partitions_table=self.config.partitions_table,
-                consumers_table=self.config.consumers_table,
+                tables=self.config.tables,
                 wake_queue_url=self.wake_queues[name],
                 event_source_arn=stream_arn,
                 region=self.clients.region,
@@ -157,8 +156,7 @@ class LocalLambdaConsumers:
             )
         waker_settings = WakerSettings(
             queues=self.wake_queues,
-            partitions_table=self.config.partitions_table,
-            consumers_table=self.config.consumers_table,
+            tables=self.config.tables,
         )
         waker = principals.function(create_waker.__module__)
         self.waker = create_waker(waker_settings, self.config.clients(waker), self.clock)
@@ -176,12 +174,11 @@ class LocalLambdaConsumers:
         """What the stack's custom resource does at deploy, through the same handler."""
         from lambdas.group_registration.handler import create_event
         from lambdas.group_registration.handler import create_handler as create_registration
-        from lambdas.group_registration.settings import RegistrationSettings
+        from shardlog.function_settings import RegistrationSettings
 
         settings = RegistrationSettings(
             bucket=self.config.bucket,
-            partitions_table=self.config.partitions_table,
-            consumers_table=self.config.consumers_table,
+            tables=self.config.tables,
         )
         signer = principals.function(create_registration.__module__)  # its own role on AWS
         registration = create_registration(
@@ -311,6 +308,6 @@ def _safe(group: str) -> str:
 
 
 def _context(function_name: str, clients: Clients) -> Any:
-    from shardlog.local.poller import LambdaContext
+    from shardlog.local.lambda_context import LambdaContext
 
     return LambdaContext(function_name, region=clients.region)

@@ -20,9 +20,7 @@ tests drive it deterministically, and ``run`` loops until stopped.
 
 from __future__ import annotations
 
-import base64
 import threading
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,34 +29,11 @@ from typing import Any
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
+from shardlog.lambda_consumer.events import kinesis_event_record
+from shardlog.local.lambda_context import LambdaContext
 from shardlog.shardsync import list_shards, parents_of
 
 Handler = Callable[[dict[str, Any], Any], Any]
-
-
-@dataclass
-class LambdaContext:
-    """The attributes of Lambda's context object that handlers and Powertools read."""
-
-    function_name: str
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 512
-    region: str = C.DEFAULT_REGION
-    timeout_ms: int = 60_000
-    clock: Clock = field(default_factory=SystemClock)
-    started_ms: int = 0
-
-    def __post_init__(self) -> None:
-        self.started_ms = self.clock.now_ms()
-        self.invoked_function_arn = (
-            f"arn:aws:lambda:{self.region}:000000000000:function:{self.function_name}"
-        )
-        self.log_group_name = f"/aws/lambda/{self.function_name}"
-        self.log_stream_name = f"local/{self.aws_request_id}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, self.timeout_ms - (self.clock.now_ms() - self.started_ms))
 
 
 @dataclass
@@ -225,23 +200,16 @@ class EventSourcePoller:
             shard.reached_end = True
 
     def _event_record(self, shard_id: str, record: dict[str, Any]) -> dict[str, Any]:
-        arrival = record["ApproximateArrivalTimestamp"]
-        return {
-            "kinesis": {
-                "kinesisSchemaVersion": "1.0",
-                "partitionKey": record["PartitionKey"],
-                "sequenceNumber": record["SequenceNumber"],
-                "data": base64.b64encode(record["Data"]).decode("ascii"),
-                "approximateArrivalTimestamp": round(arrival.timestamp(), 3),
-            },
-            "eventSource": "aws:kinesis",
-            "eventVersion": "1.0",
-            "eventID": f"{shard_id}:{record['SequenceNumber']}",
-            "eventName": "aws:kinesis:record",
-            "invokeIdentityArn": f"arn:aws:iam::000000000000:role/{self.function_name}",
-            "awsRegion": self.clients.region,
-            "eventSourceARN": self._stream_arn,
-        }
+        return kinesis_event_record(
+            shard_id=shard_id,
+            partition_key=record["PartitionKey"],
+            sequence_number=record["SequenceNumber"],
+            data=record["Data"],
+            arrival_s=round(record["ApproximateArrivalTimestamp"].timestamp(), 3),
+            event_source_arn=self._stream_arn,
+            region=self.clients.region,
+            invoke_identity_arn=f"arn:aws:iam::000000000000:role/{self.function_name}",
+        )
 
     # --- invoking --------------------------------------------------------------------
     def _invoke(self, batch: list[dict[str, Any]]) -> int | None:

@@ -15,6 +15,7 @@ from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.lake.settings import LakeSettings
 from shardlog.local import principals
+from shardlog.local.checkout import require_checkout
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.http_api import LocalApiServer
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
@@ -62,6 +63,15 @@ class LocalRuntime:
         self.shard_sync: ShardSync
 
     def start(self) -> LocalRuntime:
+        """Start everything; on a failure (a port in use, say), stop what already started."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> LocalRuntime:
+        require_checkout()
         # The handlers run in this process, not a Lambda sandbox.
         quiet_powertools()
         endpoint = self.aws.start()
@@ -109,7 +119,7 @@ class LocalRuntime:
 
     def _build_api_handler(self) -> Callable[[dict[str, Any], Any], Any]:
         from lambdas.producer_api.handler import create_handler
-        from lambdas.producer_api.settings import ProducerApiSettings
+        from shardlog.function_settings import ProducerApiSettings
 
         settings = ProducerApiSettings(stream_name=self.config.stream_name)
         clients = self.config.clients(principals.function(create_handler.__module__))
@@ -117,12 +127,11 @@ class LocalRuntime:
 
     def _build_handler(self, ingest_clients: Clients) -> Callable[[dict[str, Any], Any], Any]:
         from lambdas.ingest.handler import create_handler
-        from lambdas.ingest.settings import IngestSettings
+        from shardlog.function_settings import IngestSettings
 
         settings = IngestSettings(
             bucket=self.config.bucket,
-            partitions_table=self.config.partitions_table,
-            consumers_table=self.config.consumers_table,
+            tables=self.config.tables,
             lease_duration_ms=self.lease_duration_ms,
             segment_max_records=self.segment_max_records,
             segment_max_bytes=self.segment_max_bytes,

@@ -32,8 +32,10 @@ from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
 from shardlog.consumer.status import group_progress
 from shardlog.exceptions import NotFoundError, ShardlogError
-from shardlog.producer import Outcome, Producer, ProducerRecord, PutResult
+from shardlog.outcomes import Outcome, PutResult
+from shardlog.producer import Producer
 from shardlog.reader import LogReader
+from shardlog.records import ProducerRecord
 from shardlog.smoke.counts import RowCounter
 from shardlog.spark.jobs import COMPACT, JobArgs
 from shardlog.spark.trigger import TERMINAL_STATES, SparkTrigger

@@ -14,12 +14,15 @@ importable by the driver and the executors. It holds:
   --only-binary=:all:``: no build, no Docker, the same wheels whatever machine builds it.
   EMR's own Spark (3.5.5) is used, never pip's.
 
-The unpacked wheels are cached under ``build/spark-wheels/<key>``, the key a hash of the
-pins and the platform; an archive whose inputs (that key and shardlog's files) are those
-it was built from is not rebuilt. Entries are sorted, with fixed times and owners, so the
-same inputs give the same bytes. ``--no-third-party`` builds only the shardlog part
-(offline; used by the tests). tests/spark/test_archive_as_shipped.py runs every job from
-the archive alone.
+Both halves are cached outside the clone, in the user's cache (``$XDG_CACHE_HOME/shardlog``,
+else ``~/.cache/shardlog``), so a fresh clone on a machine that built them before pays
+neither pip nor gzip again: the unpacked wheels under ``spark-wheels/<key>``, the key a hash
+of the pins and the platform, and the last few archives under ``spark-archives/<digest>``,
+the digest a hash of that key and shardlog's files (what the archive holds). An archive
+whose inputs are those it was built from is not rebuilt; one the cache holds is copied.
+Entries are sorted, with fixed times and owners, so the same inputs give the same bytes.
+``--no-third-party`` builds only the shardlog part (offline; used by the tests).
+tests/spark/test_archive_as_shipped.py runs every job from the archive alone.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import argparse
 import gzip
 import hashlib
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -38,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-EXCLUDED = ("shardlog/local", "shardlog/cli", "shardlog/demo.py", "shardlog/__main__.py")
+EXCLUDED = ("shardlog/local", "shardlog/cli", "shardlog/__main__.py")
 # Pinned (the versions the tests run with); numpy < 2 and pandas < 3 for pyspark 3.5's Arrow
 # path. pyiceberg's own dependencies follow from it at the versions pip resolves.
 THIRD_PARTY = (
@@ -59,7 +63,17 @@ PLATFORMS = (
 )
 GLIBC = (2, 34)
 PYTHON_VERSION = "3.11"  # shardlog.spark.jobs.EMR_PYTHON
-WHEEL_CACHE = REPO_ROOT / "build" / "spark-wheels"
+
+
+def user_cache() -> Path:
+    """Where builds outlive a clone (the XDG base directory convention, as pip's cache)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "shardlog"
+
+
+WHEEL_CACHE = user_cache() / "spark-wheels"
+# Archives kept in the cache: one per recent state of shardlog's sources (about 100 MB each).
+KEPT_ARCHIVES = 3
 _FIXED_MTIME = 1_700_000_000
 
 
@@ -189,24 +203,46 @@ def build(
         key = requirements_key()
         for name, path in third_party_files(third_party_dir(THIRD_PARTY, cache)):
             entries.setdefault(name, path)  # shardlog's own files win
-    # Beside the wheel cache, not the archive: the stack ships the archive's whole folder.
-    stamp = cache / f"{output.name}.inputs"
+    # Beside the archive's folder, not in it: the stack ships that whole folder.
+    stamp = output.parent.with_name(f"{output.parent.name}.{output.name}.inputs")
     digest = inputs_digest(entries, key)
     if output.is_file() and stamp.is_file() and stamp.read_text() == digest:
         return output  # built from these very inputs
     partial = output.with_suffix(".partial")
+    # Only whole archives are kept: shardlog's part alone is built in a moment.
+    cached = cache.parent / "spark-archives" / f"{digest}.tar.gz" if third_party else None
+    if cached is not None and cached.is_file():
+        shutil.copyfile(cached, partial)
+    else:
+        _write_archive(partial, entries)
+        if cached is not None:
+            _keep(partial, cached)
+    partial.replace(output)
+    stamp.write_text(digest)
+    return output
+
+
+def _write_archive(path: Path, entries: dict[str, Path]) -> None:
     # gzip with mtime 0, so the bytes depend on the contents only.
     with (
-        partial.open("wb") as raw,
+        path.open("wb") as raw,
         gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=6) as zipped,
         tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as archive,
     ):
         for name in sorted(entries):
             _add(archive, name, entries[name])
-    partial.replace(output)
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(digest)
-    return output
+
+
+def _keep(built: Path, cached: Path) -> None:
+    """A copy of the archive in the cache, under its digest (written whole, then renamed, so
+    a concurrent build never reads half of one); only the newest ``KEPT_ARCHIVES`` stay."""
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    incoming = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+    shutil.copyfile(built, incoming)
+    incoming.replace(cached)
+    archives = sorted(cached.parent.glob("*.tar.gz"), key=lambda p: p.stat().st_mtime)
+    for old in archives[:-KEPT_ARCHIVES]:
+        old.unlink(missing_ok=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

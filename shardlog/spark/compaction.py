@@ -248,7 +248,7 @@ def remove_files(
     """Delete the files of a run whose commit is provably not in the table (a lost race),
     each only if the table, read afresh, references it from no snapshot: a file the table
     may reference is never deleted. The keys deleted."""
-    from shardlog.lake.maintenance import referenced_files
+    from shardlog.lake.references import referenced_files
 
     referenced = referenced_files(table.refresh())
     keys = [f["file_key"] for f in files]

@@ -30,18 +30,12 @@ import pyarrow.parquet as pq
 
 from shardlog.config import ShardlogConfig
 from shardlog.lake.files import write_data_files
-from shardlog.lake.schema import ARROW_SCHEMA, COLUMNS
+from shardlog.lake.schema import EVENTS
 from shardlog.lake.settings import LakeSettings
 from shardlog.segments import SegmentStore, check_segment
 
 # One record of the log, as the jobs see it: the lake table's columns (shardlog.lake.schema).
-RECORD_COLUMNS = COLUMNS
-RECORD_SCHEMA = (
-    "partition_id string, seq long, partition_key string, data binary, "
-    "kinesis_sequence_number string, arrival_time timestamp, committed_at timestamp, "
-    "record_id string"
-)
-ARROW_RECORD_SCHEMA = ARROW_SCHEMA
+RECORD_SCHEMA = EVENTS.spark_ddl()
 # A chunk: consecutive segments of one partition, by their boundaries [b0, b1, ..., bn].
 CHUNK_TASK_SCHEMA = "partition_id string, bounds array<long>"
 FILE_TASK_SCHEMA = "key string"
@@ -91,7 +85,8 @@ class ChunkWriter:
 
 @dataclass(frozen=True)
 class FileReader:
-    """Reads compacted Parquet objects back as record batches of ``ARROW_RECORD_SCHEMA``."""
+    """Reads compacted Parquet objects back as record batches of the lake table's Arrow
+    schema (``shardlog.lake.schema.EVENTS``)."""
 
     config: ShardlogConfig
 
@@ -107,7 +102,7 @@ class FileReader:
 def read_parquet(body: bytes) -> pa.Table:
     """A compacted file's records, in the record schema (date and hour live in the key)."""
     table = pq.read_table(pa.BufferReader(body), partitioning=None)
-    return table.select(list(RECORD_COLUMNS)).cast(ARROW_RECORD_SCHEMA)
+    return table.select(list(EVENTS.names)).cast(EVENTS.arrow())
 
 
 def put_table(s3: Any, bucket: str, key: str, table: pa.Table) -> int:

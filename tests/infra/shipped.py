@@ -111,7 +111,8 @@ def stdlib_paths() -> tuple[str, str]:
 def put_foreign_records(stack: DeployedStack) -> int:
     """One record on each open shard of the deployed stream, as another producer's traffic
     (JSON with a key no test uses): tests on the shared deployment must look past them."""
-    from shardlog.producer import Producer, ProducerRecord
+    from shardlog.producer import Producer
+    from shardlog.records import ProducerRecord
     from shardlog.shardsync import list_shards
 
     config = stack.config()

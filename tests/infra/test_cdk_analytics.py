@@ -17,8 +17,8 @@ from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
 from infra import constants as IC
-from infra.analytics import Analytics, AnalyticsSettings
-from infra.settings import SettingsError, StackSettings
+from infra.analytics import Analytics
+from infra.settings import AnalyticsSettings, SettingsError, StackSettings
 from infra.storage import Storage
 from shardlog import constants as C
 from shardlog.spark import jobs
@@ -52,8 +52,8 @@ def _pyspark_requirements() -> list[str]:
 def test_release_label_ships_the_pinned_spark_minor(template: Template) -> None:
     props = _application(template)
     assert props["Type"] == "SPARK"
-    assert props["ReleaseLabel"] == IC.EMR_RELEASE_LABEL
-    assert EMR_SPARK_VERSIONS[IC.EMR_RELEASE_LABEL].startswith(f"{IC.EMR_SPARK_MINOR}.")
+    assert props["ReleaseLabel"] == C.EMR_RELEASE_LABEL
+    assert EMR_SPARK_VERSIONS[C.EMR_RELEASE_LABEL].startswith(f"{IC.EMR_SPARK_MINOR}.")
 
 
 def test_local_pyspark_pin_matches_emr_spark_minor() -> None:

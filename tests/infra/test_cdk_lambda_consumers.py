@@ -12,12 +12,12 @@ from aws_cdk import App
 
 from infra import constants as IC
 from infra.settings import SettingsError, StackSettings
-from lambdas.group_registration.settings import (
+from shardlog import constants as C
+from shardlog.lambda_consumer.settings import (
     RESOURCE_TYPE,
     group_from_properties,
     group_properties,
 )
-from shardlog import constants as C
 from tests.infra.cdk_synth import Synthesized, cdk_context
 
 XRAY = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}

@@ -39,8 +39,8 @@ def test_alarms_cover_the_failure_modes(synth: Synthesized) -> None:
         "WriteProvisionedThroughputExceeded",
         "FailedJobs",
         "Throttles",
-        IC.METRIC_COMMIT_FENCED,
-        IC.METRIC_LEASE_TOO_SHORT,
+        C.METRIC_COMMIT_FENCED,
+        C.METRIC_LEASE_TOO_SHORT,
     } <= set(alarms)
     depth = _alarm(synth, "IngestFailureQueueDepth")
     failure_queue = synth.logical_id(synth.stack.ingest.failure_queue)
@@ -76,7 +76,7 @@ def test_stall_alarm_fires_when_records_arrive_but_none_commit(synth: Synthesize
     ingested = queries["ingested"]["MetricStat"]["Metric"]
     assert (ingested["Namespace"], ingested["MetricName"]) == (
         C.METRICS_NAMESPACE,
-        IC.METRIC_RECORDS_INGESTED,
+        C.METRIC_RECORDS_INGESTED,
     )
 
 
@@ -190,14 +190,14 @@ def test_dashboard_shows_the_pipeline(synth: Synthesized) -> None:
     for metric in (
         "IncomingRecords",
         "IncomingBytes",
-        IC.METRIC_RECORDS_INGESTED,
+        C.METRIC_RECORDS_INGESTED,
         "IteratorAge",
-        IC.METRIC_CONSUMER_LAG_RECORDS,
+        C.METRIC_CONSUMER_LAG_RECORDS,
         "Errors",
         "ApproximateNumberOfMessagesVisible",
         "SuccessJobs",
         "FailedJobs",
-        IC.METRIC_COMMIT_FENCED,
+        C.METRIC_COMMIT_FENCED,
         # limits: throttles, time against the timeout, DynamoDB throttling
         "Throttles",
         "Duration",

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from shardlog.api_client import ApiClient
-from shardlog.demo import demo_records, reshard
+from shardlog.local.demo import demo_records, reshard
 from shardlog.local.deployed import DeployedRuntime
-from shardlog.producer import Producer, PutResult
+from shardlog.outcomes import PutResult
+from shardlog.producer import Producer
 from shardlog.reader import LogReader
 from shardlog.smoke import STEPS, SmokeTest
 from shardlog.smoke.counts import row_counter

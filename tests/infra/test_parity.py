@@ -12,6 +12,7 @@ from typing import Any
 from aws_cdk.assertions import Template
 
 from shardlog import constants as C
+from shardlog.tables import TableNames
 from tests.infra.cdk_synth import Synthesized
 
 EVENT_SOURCE_KEYS = (
@@ -173,7 +174,8 @@ def test_local_registration_sends_what_the_stack_declares(synth: Synthesized) ->
     """`shardlog local up` registers each group through the same handler, with the Create
     request the stack's custom resource makes, and the same settings from the same names."""
     from lambdas.group_registration.handler import create_event
-    from lambdas.group_registration.settings import RESOURCE_TYPE, RegistrationSettings
+    from shardlog.function_settings import RegistrationSettings
+    from shardlog.lambda_consumer.settings import RESOURCE_TYPE
 
     consumers = synth.stack.lambda_consumers
     assert consumers.registration is not None
@@ -199,8 +201,4 @@ def test_local_registration_sends_what_the_stack_declares(synth: Synthesized) ->
     settings = RegistrationSettings.from_env(
         {C.ENV_BUCKET_NAME: "log", C.ENV_PARTITIONS_TABLE: "parts", C.ENV_CONSUMERS_TABLE: "cons"}
     )
-    assert (settings.bucket, settings.partitions_table, settings.consumers_table) == (
-        "log",
-        "parts",
-        "cons",
-    )
+    assert (settings.bucket, settings.tables) == ("log", TableNames("parts", "cons"))

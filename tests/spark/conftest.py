@@ -14,31 +14,15 @@ try:
 except ImportError:  # make test installs it: a missing extra must fail, not skip silently
     pytest.fail("pyspark is not installed: run `make install` (the spark extra)", pytrace=False)
 
+from shardlog.spark.session import local_environment, local_session
+
 # Executors are Python workers: the same interpreter (and packages) as the tests.
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only
+os.environ.update(local_environment(sys.executable))
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("shardlog-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("shardlog-tests")
     yield session
     session.stop()
 
@@ -54,3 +38,13 @@ def lake_table(monkeypatch: pytest.MonkeyPatch) -> str:
     table = f"shardlog_{uuid.uuid4().hex[:10]}.events"
     monkeypatch.setenv(C.ENV_LAKE_TABLE, table)
     return table
+
+
+@pytest.fixture
+def glue_answers_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyiceberg's Glue client resends a refused connection 10 times, with botocore's
+    backoff (up to 20 s a wait): for a catalog a test makes unreachable on purpose, only the
+    error that follows matters, so it comes after one attempt."""
+    from pyiceberg.catalog import glue
+
+    monkeypatch.setattr(glue, "MAX_RETRIES", 0)

@@ -15,7 +15,7 @@ def test_archive_holds_the_job_side_of_shardlog_only(tmp_path: Path) -> None:
     assert {"shardlog/__init__.py", "shardlog/format.py", "shardlog/spark/io.py"} <= names
     assert "shardlog/spark/watermark.py" in names and "shardlog/py.typed" in names
     assert not any(n.startswith(("shardlog/local/", "shardlog/cli/")) for n in names)
-    assert "shardlog/demo.py" not in names
+    assert "shardlog/local/demo.py" not in names
     assert not any("__pycache__" in n for n in names)
 
 

@@ -1,22 +1,34 @@
 """The Spark jobs as shipped: each job run the way its StartJobRun asks (entry point,
 arguments, spark.archives, the archive's path and a Python of its own), from the archive of
-`make spark-archive` alone, on the embedded AWS's EMR Serverless."""
+`make spark-archive` alone, on the embedded AWS's EMR Serverless, started and waited for by
+`shardlog spark run` as a user runs it against a deployed stack; then the lake table and
+the summary the runs left.
+
+One set of runs serves the whole path (`shardlog spark run` -> StartJobRun -> a local
+spark-submit of compaction, analytics and maintenance -> the lake table and the summary):
+each spark-submit costs tens of seconds, and running the jobs once from the venv and once
+from the archive proved nothing the archive's runs do not."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tarfile
 import venv
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from shardlog import constants as C
+from shardlog.cli.main import cli
 from shardlog.local import emr_serverless
 from shardlog.local.spark import provision_spark
 from shardlog.spark.archive import REPO_ROOT, build
-from shardlog.spark.jobs import ARCHIVE_NAME, DEPS_ALIAS, DEPS_PREFIX, EMR_PYTHON, JOBS, JobArgs
+from shardlog.spark.jobs import ARCHIVE_NAME, DEPS_ALIAS, DEPS_PREFIX, EMR_PYTHON, JobArgs
 from shardlog.spark.trigger import SparkTarget, SparkTrigger
 from tests.spark.helpers import lake_rows, log_rows
 from tests.support.aws import AwsEnv
@@ -46,6 +58,37 @@ def shipped(bare_python: Path) -> Iterator[Path]:
     emr_serverless.run_as_shipped(bare_python)
     yield bare_python
     emr_serverless.run_as_shipped(None)
+
+
+@pytest.fixture
+def shardlog(aws: AwsEnv, tmp_path: Path) -> Any:
+    """The CLI on the test's embedded AWS; ``target`` adds a deployed stack's Spark outputs
+    (the environment variables `shardlog spark run` reads them from)."""
+    runner = CliRunner()
+    env = {
+        C.ENV_ENDPOINT_URL: aws.config.endpoint_url,
+        C.ENV_BUCKET_NAME: aws.config.bucket,
+        C.ENV_PARTITIONS_TABLE: aws.config.partitions_table,
+        C.ENV_CONSUMERS_TABLE: aws.config.consumers_table,
+    }
+
+    def run(*args: str, target: SparkTarget | None = None) -> Any:
+        outputs = {}
+        if target is not None:
+            outputs = {
+                C.ENV_EMR_APPLICATION_ID: target.application_id,
+                C.ENV_EMR_EXECUTION_ROLE_ARN: target.execution_role_arn,
+                C.ENV_SPARK_JOBS_URI: target.scripts_uri,
+                C.ENV_SPARK_DEPS_URI: target.deps_uri,
+            }
+        return runner.invoke(
+            cli,
+            ["--state-file", str(tmp_path / "none.json"), *args],
+            env=env | outputs,
+            catch_exceptions=False,
+        )
+
+    return run
 
 
 def test_the_runs_python_is_emrs_version_and_sees_nothing_but_the_archive(
@@ -82,28 +125,56 @@ def _deploy_archive(aws: AwsEnv, target: SparkTarget, archive: Path) -> SparkTar
     )
 
 
-def test_every_job_runs_from_the_archive_as_its_start_job_run_asks(
-    aws: AwsEnv, archive: Path, shipped: Path
+def test_every_job_runs_from_the_archive_through_shardlog_spark_run(
+    aws: AwsEnv, clock: Any, archive: Path, shipped: Path, shardlog: Any, tmp_path: Path
 ) -> None:
-    writer = writer_for(aws, None, segment_max_records=40)
-    writer.append(P0, incoming_records(120, start=0))
-    writer.append(P1, incoming_records(60, start=500))
+    writer = writer_for(aws, clock, segment_max_records=40)
+    writer.append(P0, incoming_records(150, start=0))
+    writer.append(P1, incoming_records(90, start=500, keys=("q0", "q1", "q2", "q3", "q4")))
     target = _deploy_archive(aws, provision_spark(aws.clients), archive)
     # The stack's trigger, with its request: scripts_uri + job.py, JobArgs as arguments, the
     # archive as spark.archives and PYTHONPATH, Python 3.11 on both sides.
-    trigger = SparkTrigger(
-        aws.clients.client("emr-serverless"), target, JobArgs.from_config(aws.config)
-    )
+    emr = aws.clients.client("emr-serverless")
+    trigger = SparkTrigger(emr, target, JobArgs.from_config(aws.config))
     request = trigger.start_request("compact", datetime.now(UTC))
     assert (
         f"spark.archives={target.deps_uri}#{DEPS_ALIAS}"
         in request["jobDriver"]["sparkSubmit"]["sparkSubmitParameters"]
     )
-    for job in JOBS:  # compact, analytics, maintain: in the order the schedules start them
-        result = trigger.trigger(job, datetime.now(UTC))
-        assert result.job_run_id is not None
-        run = trigger.wait(
-            result.job_run_id, timeout_s=300, poll_s=0.5, expect=("SUCCESS", "FAILED")
-        )
-        assert run["state"] == "SUCCESS", f"{job}: {run.get('stateDetails')}"
+
+    # In the order the schedules start them: compaction, analytics, maintenance.
+    compacted = shardlog("spark", "run", "compact", "--wait", "--json", target=target)
+    assert compacted.exit_code == 0, compacted.output
+    result = json.loads(compacted.output)
+    assert (result["started"], result["state"]) == (True, "SUCCESS")
     assert lake_rows(JobArgs.from_config(aws.config).lake()) == log_rows(aws)
+
+    analysing = json.loads(shardlog("spark", "run", "analytics", "--json", target=target).output)
+    # Without the stack's outputs, on the embedded AWS, the CLI provisions the local
+    # application: the same one, whose active run keeps a second one from starting.
+    again = json.loads(shardlog("spark", "run", "analytics", "--json").output)
+    assert (again["started"], again["activeRunIds"]) == (False, [analysing["jobRunId"]])
+    run = trigger.wait(analysing["jobRunId"], 300, poll_s=0.5, expect=("SUCCESS", "FAILED"))
+    assert run["state"] == "SUCCESS", run.get("stateDetails")
+    summary = json.loads(shardlog("spark", "summary", "--json").output)
+    assert (summary["records"], summary["duplicateRows"], summary["keys"]) == (240, 0, 10)
+    assert [
+        (p["partitionId"], p["rows"], p["minSeq"], p["maxSeq"]) for p in summary["partitions"]
+    ] == [(P0, 150, 0, 149), (P1, 90, 0, 89)]
+    assert sum(h["records"] for h in summary["hourly"]) == 240
+    assert summary["ingestDelayMs"]["count"] == 240
+
+    # The daily maintenance: nothing is old enough to go yet.
+    maintained = shardlog("spark", "run", "maintain", "--wait", "--json", target=target)
+    assert json.loads(maintained.output)["state"] == "SUCCESS", maintained.output
+    assert lake_rows(JobArgs.from_config(aws.config).lake()) == log_rows(aws)
+    chart = tmp_path / "summary.png"
+    table = shardlog("spark", "summary", "--png", str(chart))
+    assert table.exit_code == 0 and "duplicate rows 0" in table.output
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summary_before_any_analytics_says_what_to_run(shardlog: Any) -> None:
+    result = shardlog("spark", "summary")
+    assert result.exit_code != 0
+    assert "shardlog spark run analytics" in result.output

@@ -285,6 +285,7 @@ def test_a_missing_segment_fails_the_run_and_commits_nothing(spark: Any, log: Aw
     assert store.read(P0).next_seq == 0
 
 
+@pytest.mark.usefixtures("glue_answers_at_once")
 def test_an_unreachable_catalog_fails_before_anything_is_written(
     spark: Any, log: AwsEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -261,6 +261,7 @@ def test_a_table_with_other_columns_is_refused(aws: AwsEnv, lake: LakeSettings) 
     assert "missing column data" in message and "unexpected required column tenant" in message
 
 
+@pytest.mark.usefixtures("glue_answers_at_once")
 def test_an_unreachable_catalog_is_a_clear_error(lake: LakeSettings) -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))

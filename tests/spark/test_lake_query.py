@@ -143,6 +143,7 @@ def test_no_table_yet_says_what_to_run(aws: AwsEnv) -> None:
     assert "no lake table" in result.output and "shardlog spark run compact" in result.output
 
 
+@pytest.mark.usefixtures("glue_answers_at_once")
 def test_an_unreachable_catalog_is_one_clear_line(aws: AwsEnv) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

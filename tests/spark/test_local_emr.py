@@ -10,6 +10,7 @@ import pytest
 
 from shardlog.local.emr_serverless import LOG_ROOT, local_spark_conf
 from shardlog.local.spark import provision_spark
+from shardlog.spark.session import local_conf
 from shardlog.spark.trigger import TERMINAL_STATES, SparkTarget
 from tests.spark.helpers import BLOCKING_JOB, FAILING_JOB, OK_JOB, wait_state
 from tests.support.aws import AwsEnv
@@ -107,5 +108,6 @@ def test_only_local_settings_reach_the_local_spark_submit() -> None:
     pairs = dict(c.split("=", 1) for c in conf[1::2])
     assert pairs["spark.sql.session.timeZone"] == "UTC"
     assert pairs["spark.ui.enabled"] == "false"
+    assert local_conf().items() <= pairs.items()  # the tests' session runs the same way
     assert not any(k.startswith(("spark.archives", "spark.emr-serverless")) for k in pairs)
     assert "spark.executorEnv.PYSPARK_PYTHON" not in pairs

@@ -9,6 +9,7 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from shardlog.exceptions import CorruptLogError
+from shardlog.lake.schema import EVENTS
 from shardlog.spark import aggregates as A
 from shardlog.spark.compaction import batch_bounds
 from shardlog.spark.io import RECORD_SCHEMA
@@ -61,6 +62,11 @@ def records(spark: Any) -> Any:
         ],
         RECORD_SCHEMA,
     )
+
+
+def test_the_jobs_record_schema_is_the_lake_tables_declared_one(spark: Any) -> None:
+    """Spark's own parse of the derived DDL is the derived StructType, column for column."""
+    assert spark.createDataFrame([], RECORD_SCHEMA).schema == EVENTS.spark_struct()
 
 
 def test_committed_rows_stop_at_the_watermark(spark: Any, records: Any) -> None:

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from lambdas.spark_trigger.handler import create_handler
-from lambdas.spark_trigger.settings import SparkTriggerSettings
 from shardlog import constants as C
 from shardlog.exceptions import ConfigurationError
+from shardlog.function_settings import SparkTriggerSettings
 from shardlog.local.emr_serverless import LOG_ROOT
-from shardlog.local.poller import LambdaContext
+from shardlog.local.lambda_context import LambdaContext
 from shardlog.local.spark import provision_spark
 from shardlog.spark.jobs import DEPS_ALIAS, EMR_PYTHON
 from shardlog.spark.trigger import TERMINAL_STATES, client_token
@@ -61,8 +61,7 @@ def handler_env(aws: AwsEnv, tmp_path: Path) -> tuple[Any, Any, SparkTriggerSett
         spark_jobs_uri=target.scripts_uri,
         spark_deps_uri=f"s3://artifacts-{suffix}/spark_deps/spark_jobs_deps.tar.gz",
         bucket=aws.config.bucket,
-        partitions_table=aws.config.partitions_table,
-        consumers_table=aws.config.consumers_table,
+        tables=aws.config.tables,
         compaction_max_records=5000,
     )
     handle = create_handler(settings, aws.clients)
@@ -121,8 +120,8 @@ def test_a_run_carries_the_job_arguments(handler_env: Any) -> None:
     args = driver["entryPointArguments"]
     pairs = dict(zip(args[::2], args[1::2], strict=True))
     assert pairs["--bucket"] == settings.bucket
-    assert pairs["--partitions-table"] == settings.partitions_table
-    assert pairs["--consumers-table"] == settings.consumers_table
+    assert pairs["--partitions-table"] == settings.tables.partitions
+    assert pairs["--consumers-table"] == settings.tables.consumers
     assert pairs["--max-records"] == "5000"
     params = driver["sparkSubmitParameters"]
     assert f"spark.archives={settings.spark_deps_uri}#{DEPS_ALIAS}" in params

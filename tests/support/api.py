@@ -11,9 +11,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lambdas.producer_api.handler import create_handler
-from lambdas.producer_api.settings import ProducerApiSettings
 from shardlog.aws import Clients, RequestCounter
 from shardlog.clock import ManualClock
+from shardlog.function_settings import ProducerApiSettings
 from shardlog.local.http_api import LocalApiServer
 from shardlog.producer import Producer
 from tests.support.aws import AwsEnv

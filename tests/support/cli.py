@@ -87,7 +87,8 @@ def local_up_process(
     process = subprocess.Popen(
         [
             sys.executable, "-m", "shardlog", "--state-file", str(state), "local", "up",
-            "--port", str(free_port()), "--api-port", "0", "--max-seconds", "300", *args,
+            "--port", str(free_port()), "--api-port", "0", "--console-port", "0",
+            "--max-seconds", "300", *args,
         ],
         cwd=cwd,
         stdout=subprocess.PIPE,

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lambdas.ingest.handler import create_handler
-from lambdas.ingest.settings import IngestSettings
 from shardlog import constants as C
 from shardlog.aws import RequestCounter
 from shardlog.clock import Clock, ManualClock
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
 from shardlog.format import IncomingRecord, LogRecord
+from shardlog.function_settings import IngestSettings
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.local.poller import EventSourcePoller, EventSourceSettings
 from shardlog.tables import partition_key
@@ -183,8 +183,7 @@ def ingest_with_handler(aws: AwsEnv, clock: ManualClock, polls: int = 30) -> Req
     success; the requests the handler made (the event source's own are not counted)."""
     settings = IngestSettings(
         bucket=aws.config.bucket,
-        partitions_table=aws.config.partitions_table,
-        consumers_table=aws.config.consumers_table,
+        tables=aws.config.tables,
     )
     handler_clients = aws.fresh_clients()
     requests = RequestCounter().attach(handler_clients)

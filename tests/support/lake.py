@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from shardlog.lake.files import parquet_bytes, s3_uri
-from shardlog.lake.schema import ARROW_SCHEMA
+from shardlog.lake.schema import EVENTS
 from shardlog.lake.settings import LakeSettings
 from tests.support.aws import AwsEnv
 
@@ -32,7 +32,7 @@ def foreign_add_files(aws: AwsEnv, lake: LakeSettings, seq: int, table: Any = No
         "record_id": None,
     }
     key = f"{lake.key_prefix}data/foreign-{uuid.uuid4().hex}.parquet"
-    body = parquet_bytes(pa.Table.from_pylist([row], schema=ARROW_SCHEMA))
+    body = parquet_bytes(pa.Table.from_pylist([row], schema=EVENTS.arrow()))
     aws.clients.s3.put_object(Bucket=lake.bucket, Key=key, Body=body)
     if table is None:
         table = load_catalog(lake.catalog_name, **lake.properties).load_table(lake.table)

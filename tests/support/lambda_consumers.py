@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardlog.clock import Clock, ManualClock
-from shardlog.lambda_consumer.invoke import LocalInvoker
 from shardlog.lambda_consumer.registration import register
 from shardlog.lambda_consumer.runner import Runner
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
 from shardlog.lambda_consumer.wake import WakeSender, wake_queue_name
 from shardlog.local.lambda_consumers import LocalLambdaConsumers
+from shardlog.local.lambda_context import LocalInvoker
 from tests.support.aws import AwsEnv
 
 

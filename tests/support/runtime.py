@@ -8,10 +8,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from shardlog.config import ShardlogConfig
-from shardlog.demo import reshard
+from shardlog.local.demo import reshard
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import Producer, ProducerRecord
+from shardlog.producer import Producer
+from shardlog.records import ProducerRecord
 
 KEYS = [f"user-{i}" for i in range(12)]
 

@@ -23,7 +23,8 @@ from shardlog.api_client import (
     wire_record,
     wire_size,
 )
-from shardlog.producer import OUTCOME_UNKNOWN, ProducerRecord
+from shardlog.outcomes import OUTCOME_UNKNOWN
+from shardlog.records import ProducerRecord
 
 AWS_URL = "https://abc123.execute-api.eu-west-1.amazonaws.com/api"
 

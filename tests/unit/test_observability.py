@@ -9,7 +9,7 @@ import pytest
 
 from lambdas import observability
 from shardlog import constants as C
-from shardlog.local.poller import LambdaContext
+from shardlog.local.lambda_context import LambdaContext
 from shardlog.local.quiet import QUIET_POWERTOOLS_ENV, quiet_powertools
 
 HANDLERS = [

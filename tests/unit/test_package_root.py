@@ -41,3 +41,20 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 def test_all_lists_exactly_the_lazy_exports() -> None:
     assert set(shardlog.__all__) == set(shardlog._EXPORTS) | {"__version__"}
+
+
+def test_the_wheel_installs_only_the_shardlog_package() -> None:
+    """No top-level `lambdas`, `infra`, `spark_jobs`, `bench` or `tests` in a user's
+    site-packages: the packages setuptools finds with pyproject's own settings."""
+    import tomllib
+    from pathlib import Path
+
+    from setuptools import find_namespace_packages
+
+    root = Path(__file__).resolve().parents[2]
+    find = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = find_namespace_packages(str(root), **find["find"])
+    assert {"shardlog", "shardlog.cli", "shardlog.local", "shardlog.lambda_consumer"} <= set(
+        packages
+    )
+    assert [p for p in packages if p.split(".")[0] != "shardlog"] == []

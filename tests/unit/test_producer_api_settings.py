@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from lambdas.producer_api import handler as handler_module
-from lambdas.producer_api.settings import ProducerApiSettings
 from shardlog import constants as C
 from shardlog.exceptions import ConfigurationError
-from shardlog.local.poller import LambdaContext
+from shardlog.function_settings import ProducerApiSettings
+from shardlog.local.lambda_context import LambdaContext
 
 
 def test_settings_come_from_the_stream_name_variable() -> None:

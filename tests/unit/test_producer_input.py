@@ -24,18 +24,9 @@ from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.exceptions import ValidationError
 from shardlog.idempotence import RECORD_ID_PATTERN, unwrap, wrap
-from shardlog.producer import (
-    NOT_SENT,
-    OUTCOME_UNKNOWN,
-    FailureKind,
-    Producer,
-    ProducerRecord,
-    PutFailure,
-    call_failure,
-    iter_json_records,
-    take_batch,
-    validate_record,
-)
+from shardlog.outcomes import NOT_SENT, OUTCOME_UNKNOWN, FailureKind, PutFailure
+from shardlog.producer import Producer, call_failure, take_batch
+from shardlog.records import ProducerRecord, iter_json_records, validate_record
 
 MIB = 1024 * 1024
 

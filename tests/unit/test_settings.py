@@ -9,14 +9,11 @@ import pytest
 from aws_cdk import App
 
 from infra import constants as IC
-from infra.analytics import AnalyticsSettings
-from infra.settings import SettingsError, StackSettings
-from lambdas.ingest.settings import IngestSettings
-from lambdas.shard_sync.settings import ShardSyncSettings
-from lambdas.spark_trigger.settings import SparkTriggerSettings
+from infra.settings import AnalyticsSettings, SettingsError, StackSettings
 from shardlog import constants as C
 from shardlog import settings as S
 from shardlog.exceptions import ConfigurationError
+from shardlog.function_settings import IngestSettings, ShardSyncSettings, SparkTriggerSettings
 
 MIB = 1024 * 1024
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import click
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from scripts.soak import MACHINES, Machine, _violation, save_regression
+from scripts.soak import MACHINES, Machine, Plan, _parse_turns, _violation, save_regression
 
 
 class Overflow(RuleBasedStateMachine):
@@ -89,3 +90,21 @@ def test_every_soaked_machine_is_a_state_machine_with_a_tally() -> None:
         assert hasattr(cls, "endpoint_url"), machine.name
         tally.add("probe")
         assert tally.counts["probe"] >= 1
+
+
+def test_a_turn_overrides_the_chunk_for_its_machine_only() -> None:
+    plan = Plan(names=["lake", "write-path"], steps=20, min_steps=20, chunk=20, base_seed=1,
+                turns=_parse_turns(("lake=1",)))  # fmt: skip
+    assert (plan.examples("lake"), plan.examples("write-path")) == (1, 20)
+    assert MACHINES["lake"].turn == 1  # the default that keeps the lake from eating the soak
+    assert _parse_turns(("write-path=1000",)) == {"write-path": 1000}
+
+
+@pytest.mark.parametrize(
+    ("value", "names"),
+    [("nosuch=3", "is not a machine"), ("lake=0", "from 1 to 1000"),
+     ("lake=1001", "from 1 to 1000"), ("lake", "from 1 to 1000"), ("lake=x", "from 1 to 1000")],
+)  # fmt: skip
+def test_a_bad_turn_is_refused_naming_it(value: str, names: str) -> None:
+    with pytest.raises(click.BadParameter, match=names):
+        _parse_turns((value,))

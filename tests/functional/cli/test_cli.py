@@ -19,6 +19,7 @@ from tests.support.factories import incoming_records, writer_for
         [],
         ["demo"],
         ["local", "up"],
+        ["console"],
         ["produce"],
         ["status"],
         ["read"],

@@ -9,7 +9,6 @@ import pytest
 from aws_lambda_powertools.utilities.data_classes import KinesisStreamEvent
 
 from lambdas.ingest.handler import create_handler, to_incoming
-from lambdas.ingest.settings import IngestSettings
 from lambdas.observability import metrics
 from shardlog import constants as C
 from shardlog.clock import ManualClock
@@ -19,8 +18,9 @@ from shardlog.exceptions import (
     LeaseHeldError,
     LeaseLostError,
 )
+from shardlog.function_settings import IngestSettings
 from shardlog.lease import LeaseManager
-from shardlog.local.poller import LambdaContext
+from shardlog.local.lambda_context import LambdaContext
 from shardlog.tables import partition_key
 from tests.support.aws import AwsEnv
 from tests.support.readback import log_kinesis_seqs
@@ -59,8 +59,7 @@ def kinesis_event(start: int, count: int) -> dict[str, Any]:
 def _settings(aws: AwsEnv, **extra: Any) -> IngestSettings:
     return IngestSettings(
         bucket=aws.config.bucket,
-        partitions_table=aws.config.partitions_table,
-        consumers_table=aws.config.consumers_table,
+        tables=aws.config.tables,
         **extra,
     )
 

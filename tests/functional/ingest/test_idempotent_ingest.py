@@ -16,8 +16,9 @@ from shardlog.exceptions import ConfigurationError, CorruptLogError
 from shardlog.format import IncomingRecord
 from shardlog.idempotence import wrap
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
-from shardlog.producer import Producer, ProducerRecord
+from shardlog.producer import Producer
 from shardlog.reader import LogReader
+from shardlog.records import ProducerRecord
 from shardlog.segments import segment_key
 from shardlog.tables import Tables
 from shardlog.writer import LogWriter

@@ -10,7 +10,7 @@ from lambdas.shard_sync import handler as shard_sync_handler
 from shardlog import constants as C
 from shardlog.exceptions import ConfigurationError
 from shardlog.format import IncomingRecord
-from shardlog.local.poller import LambdaContext
+from shardlog.local.lambda_context import LambdaContext
 from shardlog.shardsync import ShardSync
 from shardlog.tables import Tables
 from shardlog.writer import LogWriter, WriterSettings

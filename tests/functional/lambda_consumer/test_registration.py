@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from lambdas.group_registration.handler import create_event, create_handler
-from lambdas.group_registration.settings import RegistrationSettings
 from shardlog.clock import ManualClock
 from shardlog.consumer.creation import read_group
+from shardlog.function_settings import RegistrationSettings
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings
-from shardlog.local.poller import LambdaContext
+from shardlog.local.lambda_context import LambdaContext
 from shardlog.tables import Tables
 from tests.support.aws import AwsEnv
 from tests.support.factories import append, incoming_records
@@ -65,8 +65,7 @@ def cloudformation() -> Iterator[CloudFormation]:
 def registration(aws: AwsEnv, clock: ManualClock) -> Any:
     settings = RegistrationSettings(
         bucket=aws.config.bucket,
-        partitions_table=aws.config.partitions_table,
-        consumers_table=aws.config.consumers_table,
+        tables=aws.config.tables,
     )
     return create_handler(settings, aws.fresh_clients(), clock)
 

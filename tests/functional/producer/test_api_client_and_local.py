@@ -27,7 +27,8 @@ from shardlog.config import ShardlogConfig
 from shardlog.exceptions import ValidationError
 from shardlog.idempotence import RECORD_ID_PATTERN, unwrap
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import FailureKind, ProducerRecord, PutFailure, PutResult
+from shardlog.outcomes import FailureKind, PutFailure, PutResult
+from shardlog.records import ProducerRecord
 from tests.support.api import ApiUnderTest, serve
 from tests.support.aws import stream_env, unique_config
 from tests.support.faults import THROTTLED, FaultyProducer, entries_where
@@ -314,7 +315,7 @@ def test_local_up_serves_the_api_on_the_requested_port(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "shardlog", "--state-file", str(state), "local", "up",
          "--port", str(aws_port), "--api-port", str(api_port), "--shards", "1",
-         "--max-seconds", "120"],
+         "--console-port", "0", "--max-seconds", "120"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
     try:

@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lambdas.producer_api.handler import create_handler
-from lambdas.producer_api.settings import ProducerApiSettings
 from shardlog.api_client import ApiClient
 from shardlog.clock import ManualClock
+from shardlog.function_settings import ProducerApiSettings
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import PutFailure, PutResult
+from shardlog.outcomes import PutFailure, PutResult
 from shardlog.reader import LogReader
 from shardlog.tables import Tables
 from tests.support.aws import unique_config

@@ -18,7 +18,8 @@ import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
 from shardlog.clock import ManualClock
-from shardlog.producer import NOT_SENT, OUTCOME_UNKNOWN, Producer
+from shardlog.outcomes import NOT_SENT, OUTCOME_UNKNOWN
+from shardlog.producer import Producer
 from tests.support.api import ApiUnderTest, post_json, serve
 from tests.support.aws import stream_env
 from tests.support.faults import (

@@ -18,14 +18,8 @@ from shardlog.aws import Clients, RequestCounter
 from shardlog.clock import ManualClock
 from shardlog.exceptions import ProducerError
 from shardlog.idempotence import unwrap
-from shardlog.producer import (
-    NOT_SENT,
-    OUTCOME_UNKNOWN,
-    FailureKind,
-    Producer,
-    PutFailure,
-    PutResult,
-)
+from shardlog.outcomes import NOT_SENT, OUTCOME_UNKNOWN, FailureKind, PutFailure, PutResult
+from shardlog.producer import Producer
 from shardlog.shardsync import list_shards
 from tests.support.api import ApiUnderTest, post_json, serve
 from tests.support.aws import AwsEnv, stream_env

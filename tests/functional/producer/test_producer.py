@@ -20,13 +20,9 @@ from shardlog.aws import Clients, RequestCounter
 from shardlog.clock import ManualClock
 from shardlog.exceptions import ProducerError, ValidationError
 from shardlog.idempotence import unwrap
-from shardlog.producer import (
-    NOT_SENT,
-    FailureKind,
-    Producer,
-    ProducerRecord,
-    PutResult,
-)
+from shardlog.outcomes import NOT_SENT, FailureKind, PutResult
+from shardlog.producer import Producer
+from shardlog.records import ProducerRecord
 from shardlog.shardsync import list_shards
 from tests.support.aws import AwsEnv
 from tests.support.faults import THROTTLED, Entry, FaultyProducer, Picker, entries_where

@@ -35,14 +35,15 @@ from shardlog import constants as C
 from shardlog.api_client import ApiClient
 from shardlog.clock import ManualClock
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
-from shardlog.demo import reshard
 from shardlog.format import LogRecord
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings
 from shardlog.local import principals, request_log
+from shardlog.local.demo import reshard
 from shardlog.local.lambda_consumers import LocalGroup
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.spark import provision_spark
-from shardlog.producer import Producer, ProducerRecord
+from shardlog.producer import Producer
+from shardlog.records import ProducerRecord
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.trigger import SparkTarget, SparkTrigger
 from shardlog.tables import Tables
@@ -218,7 +219,7 @@ def _runners_idle(runtime: Any) -> bool:
 def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames) -> None:
     """The trigger handler starts each job as its schedule would; compaction first."""
     from lambdas.spark_trigger.handler import create_handler
-    from lambdas.spark_trigger.settings import SparkTriggerSettings
+    from shardlog.function_settings import SparkTriggerSettings
 
     target = provision_spark(runtime.clients)
     _lake_as_the_stack_leaves_it(runtime)
@@ -228,8 +229,7 @@ def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames) -> None:
         spark_jobs_uri=target.scripts_uri,
         spark_deps_uri=f"{target.scripts_uri}deps.tar.gz",
         bucket=runtime.config.bucket,
-        partitions_table=runtime.config.partitions_table,
-        consumers_table=runtime.config.consumers_table,
+        tables=runtime.config.tables,
     )
     trigger = create_handler(
         settings, runtime.config.clients(principals.function(create_handler.__module__))
@@ -280,7 +280,7 @@ def _wait_run(runtime: Any, target: SparkTarget, run_id: str) -> str:
 
 
 def _context() -> Any:
-    from shardlog.local.poller import LambdaContext
+    from shardlog.local.lambda_context import LambdaContext
 
     return LambdaContext("shardlog-spark-trigger")
 

@@ -17,8 +17,10 @@ from shardlog.lambda_consumer.settings import LambdaConsumerSettings
 from shardlog.local.lambda_consumers import LocalGroup
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
-from shardlog.producer import Producer, ProducerRecord, PutFailure
+from shardlog.outcomes import PutFailure
+from shardlog.producer import Producer
 from shardlog.reader import LogReader
+from shardlog.records import ProducerRecord
 from shardlog.shardsync import list_shards
 from shardlog.tables import Tables
 from shardlog.verify import Verification, verify_log
@@ -215,7 +217,7 @@ class DemoLambdaConsumer:
 
     def group(self) -> LocalGroup:
         settings = LambdaConsumerSettings(group=DEMO_GROUP, function_name="demo", batch_size=500)
-        return LocalGroup(settings, self.handle, "shardlog.demo:DemoLambdaConsumer.handle")
+        return LocalGroup(settings, self.handle, "shardlog.local.demo:DemoLambdaConsumer.handle")
 
     def handle(self, event: dict[str, Any], _context: Any) -> dict[str, Any]:
         with self.lock:

@@ -1,6 +1,8 @@
 """Write (or check) docs/openapi.json, the producer API's OpenAPI document, from the routes.
 
-Usage: python -m lambdas.producer_api.openapi [--check] [PATH]
+Usage (from the repository's root): python -m scripts.openapi [--check] [PATH]
+
+A docs tool: it lives here, not beside the handler, so the Lambda asset does not ship it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 
 from shardlog.local.quiet import quiet_powertools
 
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[1] / "docs" / "openapi.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,9 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.path.read_text() if args.path.is_file() else ""
         if current != document:
-            print(
-                f"{args.path} is stale: run python -m lambdas.producer_api.openapi", file=sys.stderr
-            )
+            print(f"{args.path} is stale: run python -m scripts.openapi", file=sys.stderr)
             return 1
         return 0
     args.path.write_text(document)

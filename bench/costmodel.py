@@ -1,4 +1,4 @@
-"""Turn measured usage into dollars per million records, with the prices of shardlog.pricing.
+"""Turn measured usage into dollars per million records, with the prices of bench.pricing.
 
 The benchmarks measure what a workload sends (requests by operation, DynamoDB items and
 sizes, Lambda invocations and their CPU time); this module only applies AWS's billing
@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.pricing import GB, KB, PriceTable
 from shardlog.dal import TRANSACTIONAL_READ, TRANSACTIONAL_WRITE
-from shardlog.pricing import GB, KB, PriceTable
 
 MILLION = 1_000_000
 # Lambda gives a function one full vCPU at 1,769 MB, proportionally less below: CPU time

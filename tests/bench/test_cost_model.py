@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from shardlog import costmodel as M
-from shardlog.pricing import GB, KB, PRICES_AS_OF, US_EAST_1
+from bench import costmodel as M
+from bench.pricing import GB, KB, PRICES_AS_OF, US_EAST_1
+from tests.support import REPO_ROOT
 
 P = US_EAST_1
 
@@ -112,9 +113,20 @@ def test_the_batch_a_window_gathers_is_capped_by_size_and_lambda_payload() -> No
 
 def test_the_model_is_pure() -> None:
     assert PRICES_AS_OF
-    for module in ("shardlog.costmodel", "shardlog.pricing"):
+    for module in ("bench.costmodel", "bench.pricing"):
         source = sys.modules[module].__file__
         assert source is not None
         with open(source) as f:
             text = f.read()
         assert "import boto3" not in text and "botocore" not in text
+
+
+def test_the_library_ships_no_benchmark_code() -> None:
+    """Prices and the cost model serve the benchmarks only: the package never imports them."""
+    importers = [
+        str(path.relative_to(REPO_ROOT))
+        for path in sorted((REPO_ROOT / "shardlog").rglob("*.py"))
+        if "from bench" in path.read_text() or "import bench" in path.read_text()
+    ]
+    assert importers == []
+    assert not (REPO_ROOT / "shardlog" / "pricing.py").exists()

@@ -1,0 +1,1 @@
+"""Tests of the benchmarks' own modules (bench/): the cost model, the measured report."""
