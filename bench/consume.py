@@ -51,11 +51,12 @@ from shardlog import constants as C
 from shardlog.aws import RequestCounter
 from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
+from shardlog.dal.partitions import PartitionsTable
 from shardlog.format import IncomingRecord, LogRecord
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.segments import SegmentStore
-from shardlog.tables import Tables, partition_key
+from shardlog.tables import Tables
 from shardlog.writer import LogWriter, WriterSettings
 
 SPAWN = multiprocessing.get_context("spawn")  # the parent runs threads (moto): never fork
@@ -89,25 +90,7 @@ def write_log(
     payload = b"x" * 100
     for p, partition_id in enumerate(partitions):
         # What shard sync records for a root shard: consumers wait for known lineage.
-        clients.dynamodb.update_item(
-            TableName=config.partitions_table,
-            Key=partition_key(partition_id),
-            UpdateExpression="SET #p = :p, #hs = :hs, #he = :he, #n = :z, #s = :s",
-            ExpressionAttributeNames={
-                "#p": C.ATTR_PARENT_PARTITION_IDS,
-                "#hs": C.ATTR_STARTING_HASH_KEY,
-                "#he": C.ATTR_ENDING_HASH_KEY,
-                "#n": C.ATTR_NEXT_SEQUENCE_NUMBER,
-                "#s": C.ATTR_STATE,
-            },
-            ExpressionAttributeValues={
-                ":p": {"L": []},
-                ":hs": {"S": str(p)},
-                ":he": {"S": str(p)},
-                ":z": {"N": "0"},
-                ":s": {"S": C.STATE_OPEN},
-            },
-        )
+        PartitionsTable(clients, config.tables).record_lineage(partition_id, (), str(p), str(p))
         records = [
             IncomingRecord(f"key-{i % 1000}", payload, str(SEQUENCE_BASE + 3 * i), 1_700_000_000)
             for i in range(per_partition)

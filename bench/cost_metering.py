@@ -19,6 +19,7 @@ from typing import Any
 from bench import costmodel as M
 from shardlog.aws import AwsConfig, Clients, RequestCounter
 from shardlog.config import LOCAL_CREDENTIALS, ShardlogConfig
+from shardlog.dal import TRANSACTIONAL_READ, TRANSACTIONAL_WRITE
 
 
 def unmetered_clients(config: ShardlogConfig) -> Clients:
@@ -58,10 +59,10 @@ class Meter:
             self._scan.table = params.get("TableName", "")  # units follow what was read
             self._scan.consistent = bool(params.get("ConsistentRead", False))
             return
-        if op == "TransactWriteItems":
+        if op == TRANSACTIONAL_WRITE:
             items = params.get("TransactItems", [])
             tables = [next(iter(i.values()))["TableName"] for i in items]
-        elif op == "TransactGetItems":
+        elif op == TRANSACTIONAL_READ:
             tables = [i["Get"]["TableName"] for i in params.get("TransactItems", [])]
         elif "TableName" in params:
             tables = [params["TableName"]]

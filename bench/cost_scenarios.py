@@ -31,6 +31,7 @@ from shardlog import constants as C
 from shardlog.clock import ManualClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, Worker
+from shardlog.dal.partitions import PartitionsTable
 from shardlog.format import IncomingRecord, LogRecord
 from shardlog.local.embedded import provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
@@ -325,19 +326,13 @@ def safya(endpoint: str, shape: Shape, meter: Meter, aws_request_ms: float,
     """Safya's write: per record one atomic increment, one PutObject, in one invocation."""
     config = fresh_log(endpoint, "safya")
     clients = config.clients()
+    heads = PartitionsTable(clients, config.tables)
     payload = b"x" * shape.size
     meter.reset()
     gb_s = 0.0
     for _ in range(records):
         with cpu_and_requests(meter) as spent:
-            answer = clients.dynamodb.update_item(
-                TableName=config.partitions_table,
-                Key={C.ATTR_PARTITION_ID: {"S": "safya"}},
-                UpdateExpression="ADD nextSequenceNumber :one",
-                ExpressionAttributeValues={":one": {"N": "1"}},
-                ReturnValues="UPDATED_NEW",
-            )
-            seq = int(answer["Attributes"]["nextSequenceNumber"]["N"]) - 1
+            seq = heads.increment_head("safya")
             clients.s3.put_object(Bucket=config.bucket, Key=f"safya/{seq:020d}", Body=payload)
         gb_s += M.lambda_gb_seconds(spent[0], int(spent[1]), SAFYA_MEMORY_MB, aws_request_ms)
     return usage_of(meter, config, records, lambda_invocations=records, lambda_gb_seconds=gb_s)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.pricing import GB, KB, PriceTable
+from shardlog.dal import TRANSACTIONAL_READ, TRANSACTIONAL_WRITE
 
 MILLION = 1_000_000
 # Lambda gives a function one full vCPU at 1,769 MB, proportionally less below: CPU time
@@ -121,13 +122,13 @@ def dynamodb_units(calls: list[DynamoCall], item_bytes: Mapping[str, int]) -> tu
         op = call.operation
         if op in ("PutItem", "UpdateItem", "DeleteItem"):
             wru += write_units(size)
-        elif op == "TransactWriteItems":
+        elif op == TRANSACTIONAL_WRITE:
             wru += call.items * write_units(size, transactional=True)
         elif op == "BatchWriteItem":
             wru += call.items * write_units(size)
         elif op == "GetItem":
             rru += read_units(size, consistent=call.consistent)
-        elif op == "TransactGetItems":
+        elif op == TRANSACTIONAL_READ:
             rru += call.items * read_units(size, consistent=True, transactional=True)
         elif op == "BatchGetItem":
             rru += call.items * read_units(size, consistent=call.consistent)

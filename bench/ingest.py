@@ -36,6 +36,7 @@ import common  # first: makes the repository importable
 
 from shardlog.aws import Clients, RequestCounter
 from shardlog.config import ShardlogConfig
+from shardlog.dal.partitions import PartitionsTable
 from shardlog.format import IncomingRecord
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
@@ -217,17 +218,11 @@ def baseline_path(config: ShardlogConfig, records: list[IncomingRecord], rounds:
     clients, counter, cpu = counted(config)
     partition = "shardId-baseline"
     clients.s3.head_bucket(Bucket=config.bucket)  # a warm-up request (connections)
+    heads = PartitionsTable(clients, config.tables)
 
     def write(chunk: list[IncomingRecord]) -> None:
         for record in chunk:
-            response = clients.dynamodb.update_item(
-                TableName=config.partitions_table,
-                Key={"partitionId": {"S": partition}},
-                UpdateExpression="ADD nextSequenceNumber :one",
-                ExpressionAttributeValues={":one": {"N": "1"}},
-                ReturnValues="UPDATED_NEW",
-            )
-            seq = int(response["Attributes"]["nextSequenceNumber"]["N"]) - 1
+            seq = heads.increment_head(partition)
             clients.s3.put_object(
                 Bucket=config.bucket, Key=segment_key(partition, seq), Body=record.data
             )

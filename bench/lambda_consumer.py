@@ -31,6 +31,7 @@ from shardlog.aws import RequestCounter
 from shardlog.clock import SystemClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
+from shardlog.dal.partitions import PartitionsTable
 from shardlog.format import IncomingRecord, LogRecord
 from shardlog.lambda_consumer.registration import register
 from shardlog.lambda_consumer.runner import Runner
@@ -40,8 +41,6 @@ from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
 from shardlog.local.lambda_context import LocalInvoker
-from shardlog.partitions import initial_state
-from shardlog.tables import Update, n, partition_key, s, update_item
 from shardlog.writer import LogWriter, WriterSettings
 
 PARTITION = "shardId-000000000000"
@@ -58,20 +57,7 @@ def records(count: int) -> list[IncomingRecord]:
 
 def register_root(config: ShardlogConfig, partition_id: str) -> None:
     """What shard sync records for a root shard: consumers wait for known lineage."""
-    state_sets, state_values = initial_state()
-    update = Update(
-        config.partitions_table,
-        partition_key(partition_id),
-        (
-            "#parents = :none",
-            "#hstart = :zero",
-            "#hend = :zero",
-            "#next = if_not_exists(#next, :n0)",
-            *state_sets,
-        ),
-        values={":none": {"L": []}, ":zero": s("0"), ":n0": n(0), **state_values},
-    )
-    update_item(config.clients(), update)
+    PartitionsTable(config.clients(), config.tables).record_lineage(partition_id, (), "0", "0")
 
 
 class Counter:

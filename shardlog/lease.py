@@ -13,6 +13,10 @@ and ``transfer``s the lease to the requester with one fenced write that also req
 the request to stand. Taking or releasing a lease clears a request (it was addressed to
 the previous owner). A request is only a hint: when it is not honoured, the requester
 falls back to ``take`` (a steal) or to expiry, so liveness never depends on the owner.
+
+Part of the data-access layer (shardlog/dal/__init__.py): every request on a lease item's
+ownership and checkpoint is built, sent and judged here; a refusal leaves this module only
+as ``LeaseHeldError``, ``LeaseLostError`` or an outcome (None, False).
 """
 
 from __future__ import annotations
@@ -133,9 +137,14 @@ class LeaseManager:
         return self._send(seen, update, "another worker wrote it first")
 
     def renew(self, lease: Lease) -> Lease:
+        return self._send(lease, self.renew_update(lease))
+
+    def renew_update(self, lease: Lease) -> Update:
+        """The fenced renewal, to send alone or with more clauses (a Lambda group's retry
+        state, shardlog/dal/consumers.py)."""
         expires = self.clock.now_ms() + self.lease_duration_ms
         update = self._update(lease, ("#expires = :expires",), values={":expires": n(expires)})
-        return self._send(lease, update.fenced(lease))
+        return update.fenced(lease)
 
     def release(self, lease: Lease) -> Lease:
         """Give the lease up for immediate takeover (graceful handoff)."""
@@ -221,6 +230,12 @@ class LeaseManager:
         """Record progress; also renews the lease. Raises LeaseLostError when fenced."""
         update = self.checkpoint_update(lease, checkpoint, subseq, now_ms=self.clock.now_ms())
         return self._send(lease, update)
+
+    def checkpoint_and_release(self, lease: Lease, checkpoint: str) -> Lease:
+        """Record progress and give the lease up in one fenced write (an ingest batch that
+        committed nothing new). Raises LeaseLostError when fenced."""
+        update = self.checkpoint_update(lease, checkpoint, release=True)
+        return self._send(lease, update, "checkpoint fenced by leaseCounter")
 
     def checkpoint_update(
         self,

@@ -9,8 +9,9 @@ States (attribute ``state`` of the partitions table):
   never move again. The ingest commit that reaches the shard's end, or shard sync once it
   sees that nothing is left after the ingest checkpoint, moves CLOSED -> ENDED.
 
-No other transition exists, and every one is a conditional write on the state it leaves,
-so two writers (two syncs, a sync and a commit) can race without harm.
+No other transition exists, and every one is a conditional write on the state it leaves
+(shardlog/dal/partitions.py), so two writers (two syncs, a sync and a commit) can race
+without harm.
 
 Lineage: a partition's parents (ParentShardId, AdjacentParentShardId) are consumed before
 it, so the records of one partition key are always read in the order they were produced.
@@ -22,17 +23,8 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 from shardlog import constants as C
-from shardlog.aws import Clients
 from shardlog.exceptions import ShardlogError
-from shardlog.tables import (
-    Lease,
-    PartitionInfo,
-    Update,
-    kinesis_seq_int,
-    partition_key,
-    s,
-    update_item,
-)
+from shardlog.tables import Lease, PartitionInfo, kinesis_seq_int
 
 
 class PartitionState(StrEnum):
@@ -57,67 +49,6 @@ def reaches_end(partition: PartitionInfo, checkpoint: str | None) -> bool:
         and checkpoint is not None
         and kinesis_seq_int(checkpoint) >= kinesis_seq_int(partition.ending_kinesis_seq)
     )
-
-
-def initial_state() -> tuple[tuple[str, ...], dict[str, dict[str, str]]]:
-    """The state clause of a write that may create the partition item: it starts OPEN
-    (and an existing item keeps its state)."""
-    return ("#state = if_not_exists(#state, :open)",), {":open": s(PartitionState.OPEN)}
-
-
-def state_on_commit(
-    partition: PartitionInfo, checkpoint: str | None
-) -> tuple[tuple[str, ...], dict[str, dict[str, str]]]:
-    """The state clauses of an ingest commit (SET clauses and their values): an item the
-    commit creates starts OPEN (shard sync has not seen the shard yet); a commit whose
-    checkpoint reaches the end of a CLOSED shard moves it to ENDED, in the same write."""
-    if partition.next_seq < 0:  # no item yet
-        return initial_state()
-    if reaches_end(partition, checkpoint):
-        return ("#state = :ended",), {":ended": s(PartitionState.ENDED)}
-    return (), {}
-
-
-def still_open() -> tuple[str, dict[str, dict[str, str]]]:
-    """The condition (and its value) of a write that holds only while the partition is
-    OPEN: the ingest commit made from remembered state (shard sync may have closed it). An
-    item without ``state`` is OPEN, as ``PartitionInfo.from_item`` reads it."""
-    return (
-        "(attribute_not_exists(#state) OR #state = :stillOpen)",
-        {":stillOpen": s(PartitionState.OPEN)},
-    )
-
-
-def transition(table: str, partition_id: str, old: PartitionState, new: PartitionState) -> Update:
-    """The conditional write of one transition (it holds only while the state is ``old``)."""
-    if new not in TRANSITIONS[old]:
-        raise ValueError(f"no transition {old} -> {new} (see shardlog/partitions.py)")
-    return Update(
-        table,
-        partition_key(partition_id),
-        ("#state = :new",),
-        condition="#state = :old",
-        values={":new": s(new), ":old": s(old)},
-    )
-
-
-def close(clients: Clients, table: str, partition_id: str, ending_kinesis_seq: str) -> bool:
-    """OPEN -> CLOSED, recording where the shard ends. False when it was not OPEN."""
-    update = transition(table, partition_id, PartitionState.OPEN, PartitionState.CLOSED)
-    update = Update(
-        update.table,
-        update.key,
-        (*update.sets, "#kend = :kend"),
-        condition=update.condition,
-        values={**update.values, ":kend": s(ending_kinesis_seq)},
-    )
-    return update_item(clients, update).written
-
-
-def end(clients: Clients, table: str, partition_id: str) -> bool:
-    """CLOSED -> ENDED. False when it was not CLOSED (another sync or the commit did it)."""
-    update = transition(table, partition_id, PartitionState.CLOSED, PartitionState.ENDED)
-    return update_item(clients, update).written
 
 
 # --- lineage -----------------------------------------------------------------------------

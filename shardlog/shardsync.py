@@ -5,6 +5,8 @@ CLOSED when Kinesis closed its shard, and to ENDED once every record of the
 closed shard is committed: the ingest checkpoint reached EndingSequenceNumber,
 or (since AWS's EndingSequenceNumber is a range bound, not always a record) a
 read after the checkpoint finds the end of the shard with no record left.
+
+Its writes are shardlog/dal/partitions.py's (``record_lineage``, ``close``, ``end``).
 """
 
 from __future__ import annotations
@@ -14,17 +16,9 @@ from typing import Any
 
 from shardlog import constants as C
 from shardlog.aws import Clients
-from shardlog.partitions import PartitionState, close, end, initial_state, reaches_end
-from shardlog.tables import (
-    PartitionInfo,
-    TableNames,
-    Tables,
-    Update,
-    n,
-    partition_key,
-    s,
-    update_item,
-)
+from shardlog.dal.partitions import PartitionsTable
+from shardlog.partitions import PartitionState, reaches_end
+from shardlog.tables import PartitionInfo, TableNames, Tables
 
 _END_PROBE_CALLS = 5
 
@@ -62,6 +56,7 @@ class ShardSync:
         self.clients = clients
         self.stream_name = stream_name
         self.tables = Tables(clients, tables)
+        self.partitions = PartitionsTable(clients, tables)
 
     def sync(self) -> SyncResult:
         result = SyncResult()
@@ -79,41 +74,26 @@ class ShardSync:
                 assert partition is not None
             if ending is not None and partition.state == PartitionState.OPEN:
                 # False: another sync closed it first; either way it is CLOSED now.
-                close(self.clients, self.tables.names.partitions, shard_id, ending)
+                self.partitions.close(shard_id, ending)
                 result.closed.append(shard_id)
                 partition = replace(
                     partition, state=PartitionState.CLOSED, ending_kinesis_seq=ending
                 )
             if partition.state == PartitionState.CLOSED and self._fully_ingested(partition):
-                end(self.clients, self.tables.names.partitions, shard_id)
+                self.partitions.end(shard_id)
                 result.ended.append(shard_id)
         return result
 
     def _record_lineage(self, shard: dict[str, Any], *, exists: bool) -> bool:
         """Create the partition item, or add lineage to one the writer created first."""
         hash_range = shard["HashKeyRange"]
-        state_sets, state_values = initial_state()
-        update = Update(
-            self.tables.names.partitions,
-            partition_key(shard["ShardId"]),
-            (
-                "#parents = :parents",
-                "#hstart = :start",
-                "#hend = :end",
-                "#kstart = if_not_exists(#kstart, :kstart)",
-                "#next = if_not_exists(#next, :zero)",
-                *state_sets,
-            ),
-            values={
-                ":parents": {"L": [s(p) for p in parents_of(shard)]},
-                ":start": s(hash_range["StartingHashKey"]),
-                ":end": s(hash_range["EndingHashKey"]),
-                ":kstart": s(shard["SequenceNumberRange"]["StartingSequenceNumber"]),
-                ":zero": n(0),
-                **state_values,
-            },
+        self.partitions.record_lineage(
+            shard["ShardId"],
+            parents_of(shard),
+            hash_range["StartingHashKey"],
+            hash_range["EndingHashKey"],
+            shard["SequenceNumberRange"]["StartingSequenceNumber"],
         )
-        update_item(self.clients, update)
         return not exists
 
     def _fully_ingested(self, partition: PartitionInfo) -> bool:

@@ -1,10 +1,10 @@
 """The partitions and consumers tables: item shapes, reads, and the one way to write them.
 
-docs/TABLES.md describes every attribute. Every conditional write is an ``Update`` built
-here and sent with ``update_item``, and only ``is_conditional_failure`` decides that
-DynamoDB refused a condition; the logic that owns a write (lease.py, writer.py,
-shardsync.py, spark/watermark.py) turns that refusal into its own domain error, so a
-``ConditionalCheckFailedException`` never leaks past it.
+The base of the data-access layer (shardlog/dal/__init__.py): docs/TABLES.md describes every
+attribute. Every conditional write is an ``Update`` built in the layer and sent with
+``update_item``, and only ``is_conditional_failure`` (``cancelled_items`` for a transaction)
+decides that DynamoDB refused a condition; the layer turns that refusal into an outcome or
+a domain error, so a ``ConditionalCheckFailedException`` never leaks past it.
 """
 
 from __future__ import annotations
@@ -282,15 +282,25 @@ class Update:
             {**seen, ":zero": n(0), ":one": n(1)},
         )
 
-    def _plus(self, clause: str, values: Mapping[str, Any]) -> Update:
+    def extended(
+        self,
+        *,
+        sets: tuple[str, ...] = (),
+        removes: tuple[str, ...] = (),
+        values: Mapping[str, Any] | None = None,
+    ) -> Update:
+        """The same write (same key and condition) with more clauses and their values."""
         return Update(
             self.table,
             self.key,
-            (*self.sets, clause),
-            self.removes,
+            (*self.sets, *sets),
+            (*self.removes, *removes),
             self.condition,
-            {**self.values, **values},
+            {**self.values, **(values or {})},
         )
+
+    def _plus(self, clause: str, values: Mapping[str, Any]) -> Update:
+        return self.extended(sets=(clause,), values=values)
 
     def request(self) -> dict[str, Any]:
         """The UpdateItem parameters (also the ``Update`` of a TransactWriteItems item)."""

@@ -1,11 +1,11 @@
 """The write path: append a Kinesis batch of one shard to its S3 log, exactly once.
 
-1. acquire the ingest lease (one conditional UpdateItem);
+1. acquire the ingest lease (one conditional write);
 2. read the partition head and the ingest checkpoint as one consistent state (one
-   TransactGetItems of the partition item and the lease item), check the lease is still
+   transactional read of the partition item and the lease item), check the lease is still
    the one acquired, and drop redelivered records (at or below the checkpoint);
 3. create segment objects with If-None-Match: *, adopting a crashed writer's leftover;
-4. commit head and checkpoint in one TransactWriteItems, fenced on the lease;
+4. commit head and checkpoint in one transaction, fenced on the lease;
 5. only then return. Budget: 4 requests per batch, plus 1 per extra segment; 3 when this
    writer committed the shard's previous batch itself (a warm Lambda container).
 
@@ -35,6 +35,10 @@ and a segment is adoptable only if it was cut from a (head, checkpoint) pair tha
 A writer that paired the checkpoint its acquire returned with a head read later could,
 after a stall in between during which its lease expired and a successor committed,
 write already-committed records at the new head: a leftover no later writer could adopt.
+
+The requests (their shapes, conditions and refusals) are the data-access layer's:
+shardlog/lease.py for the lease, shardlog/dal/partitions.py for the state read and the
+commit transaction. This module decides what is read, written and fenced, in which order.
 """
 
 from __future__ import annotations
@@ -43,24 +47,16 @@ import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-from botocore.exceptions import ClientError
 
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
+from shardlog.dal.partitions import HeadCommit, PartitionsTable
 from shardlog.dedupe import DedupeLookup, Lineage, LookupLimits
-from shardlog.exceptions import CommitConflictError, CorruptLogError, LeaseLostError, ShardlogError
+from shardlog.exceptions import CommitConflictError, CorruptLogError, LeaseLostError
 from shardlog.format import IncomingRecord, Segment, encode_segment, plan_segments
 from shardlog.lease import LeaseManager
-from shardlog.partitions import (
-    PartitionState,
-    lineage_known,
-    reaches_end,
-    state_on_commit,
-    still_open,
-)
+from shardlog.partitions import PartitionState, lineage_known, reaches_end
 from shardlog.segments import SegmentStore, segment_key
 from shardlog.tables import (
     TRANSACTION_CANCELED,
@@ -68,13 +64,7 @@ from shardlog.tables import (
     PartitionInfo,
     TableNames,
     Tables,
-    Update,
-    cancelled_items,
-    consumer_key,
     kinesis_seq_int,
-    n,
-    partition_key,
-    update_item,
 )
 
 # Partitions whose last commit a writer remembers (one per shard it wrote; a Lambda
@@ -162,6 +152,7 @@ class LogWriter:
         self.settings = settings or WriterSettings()
         self.clock = clock or SystemClock()
         self.tables = Tables(clients, self.settings.tables)
+        self.partitions = PartitionsTable(clients, self.settings.tables)
         self.store = SegmentStore(clients, self.settings.bucket)
         self.leases = LeaseManager(
             clients,
@@ -285,33 +276,13 @@ class LogWriter:
         took it while this writer stalled): then nothing has been written.
         """
         partition_id = acquired.partition_id
-        response = self.clients.dynamodb.transact_get_items(
-            TransactItems=[
-                {
-                    "Get": {
-                        "TableName": self.settings.tables.partitions,
-                        "Key": partition_key(partition_id),
-                    }
-                },
-                {
-                    "Get": {
-                        "TableName": self.settings.tables.consumers,
-                        "Key": consumer_key(C.INGEST_GROUP, partition_id),
-                    }
-                },
-            ]
-        )
-        partition_item, lease_item = (r.get("Item") for r in response["Responses"])
-        lease = Lease.from_item(lease_item) if lease_item else None
+        item, lease = self.partitions.read_with_lease(partition_id, C.INGEST_GROUP)
         if lease is None or (lease.owner, lease.counter) != (acquired.owner, acquired.counter):
             raise LeaseLostError(
                 C.INGEST_GROUP, partition_id, "taken over between the acquire and the head read"
             )
-        partition = (
-            PartitionInfo.from_item(partition_item)
-            if partition_item
-            else PartitionInfo(partition_id, -1)  # shard sync has not seen this shard yet
-        )
+        # No item: shard sync has not seen this shard yet (the commit creates it).
+        partition = item if item is not None else PartitionInfo(partition_id, -1)
         return partition, lease
 
     def _plan(self, records: Sequence[IncomingRecord]) -> list[Sequence[IncomingRecord]]:
@@ -361,11 +332,7 @@ class LogWriter:
             self.leases.release(batch.lease)
             return
         assert batch.checkpoint is not None
-        update = self.leases.checkpoint_update(batch.lease, batch.checkpoint, release=True)
-        if not update_item(self.clients, update).written:
-            raise LeaseLostError(
-                C.INGEST_GROUP, batch.partition.partition_id, "checkpoint fenced by leaseCounter"
-            )
+        self.leases.checkpoint_and_release(batch.lease, batch.checkpoint)
 
     def _remember(self, batch: PreparedBatch, ended: bool) -> None:
         """Keep what this commit left, for the next batch of the partition (step 2)."""
@@ -398,67 +365,31 @@ class LogWriter:
         the lease, which it also releases) in one transaction."""
         partition, checkpoint = batch.partition, batch.checkpoint
         assert checkpoint is not None
-        sets = [
-            "#next = :new",
-            "#committedAt = :now",
-            "#segs = if_not_exists(#segs, :zero) + :segs",
-            "#bytes = if_not_exists(#bytes, :zero) + :bytes",
-        ]
-        values: dict[str, Any] = {
-            ":new": n(batch.new_head),
-            ":now": n(self.clock.now_ms()),
-            ":segs": n(batch.written + batch.adopted),
-            ":bytes": n(batch.added_bytes),
-            ":zero": n(0),
-        }
-        if partition.next_seq < 0:  # no item yet: shard sync has not seen this shard
-            condition = "attribute_not_exists(#next)"
-        else:
-            condition = "#next = :old"
-            values[":old"] = n(batch.head)
-        if batch.remembered:  # the partition as this writer's last commit left it: OPEN
-            open_condition, open_values = still_open()
-            condition = f"{condition} AND {open_condition}"
-            values.update(open_values)
-        state_sets, state_values = state_on_commit(partition, checkpoint)
-        sets += state_sets
-        values.update(state_values)
-        head_update = Update(
-            self.settings.tables.partitions,
-            partition_key(partition.partition_id),
-            tuple(sets),
-            condition=condition,
-            values=values,
+        commit = HeadCommit(
+            partition,
+            batch.head,
+            batch.new_head,
+            checkpoint,
+            self.clock.now_ms(),
+            batch.written + batch.adopted,
+            batch.added_bytes,
+            only_while_open=batch.remembered,  # as this writer's last commit left it: OPEN
         )
         checkpoint_update = self.leases.checkpoint_update(batch.lease, checkpoint, release=True)
-        try:
-            self.clients.dynamodb.transact_write_items(
-                TransactItems=[
-                    {"Update": head_update.request()},
-                    {"Update": checkpoint_update.request()},
-                ]
-            )
-        except ClientError as exc:
-            failed = cancelled_items(exc)
-            if failed is None:
-                raise
-            if failed[1:2] == [True]:
-                raise LeaseLostError(
-                    C.INGEST_GROUP, partition.partition_id, "commit fenced by leaseCounter"
-                ) from exc
-            if failed[:1] == [True]:
-                if batch.remembered and self._read_afresh_unmoved(batch):
-                    self._commit(batch)  # once: the batch no longer comes from memory
-                    return
-                raise CommitConflictError(
-                    f"partition {partition.partition_id} head moved from {batch.head} "
-                    "under the commit",
-                    aws_error_code=TRANSACTION_CANCELED,
-                ) from exc
-            raise ShardlogError(
-                f"commit of {partition.partition_id} cancelled: {exc}",
-                aws_error_code=TRANSACTION_CANCELED,
-            ) from exc
+        refusal = self.partitions.commit_batch(commit, checkpoint_update)
+        if refusal is None:
+            return
+        if refusal.lease_fenced:
+            raise LeaseLostError(
+                C.INGEST_GROUP, partition.partition_id, "commit fenced by leaseCounter"
+            ) from refusal.cause
+        if batch.remembered and self._read_afresh_unmoved(batch):
+            self._commit(batch)  # once: the batch no longer comes from memory
+            return
+        raise CommitConflictError(
+            f"partition {partition.partition_id} head moved from {batch.head} under the commit",
+            aws_error_code=TRANSACTION_CANCELED,
+        ) from refusal.cause
 
     def _read_afresh_unmoved(self, batch: PreparedBatch) -> bool:
         """A commit from remembered state found the partition changed without a lease write

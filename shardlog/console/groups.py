@@ -18,6 +18,7 @@ from shardlog.console.queries import (
     metric_series,
 )
 from shardlog.console.source import Deployment
+from shardlog.dal.consumers import group_items
 from shardlog.exceptions import NotFoundError
 from shardlog.status_rows import group_rows
 
@@ -101,32 +102,23 @@ def group(deployment: Deployment, clients: Clients, name: str, now_ms: int) -> G
 
 def retry_states(deployment: Deployment, clients: Clients, name: str) -> dict[str, dict[str, Any]]:
     """Per partition, a Lambda group's batch being retried and a give-up not yet sent."""
-    paginator = clients.dynamodb.get_paginator("query")
-    pages = paginator.paginate(
-        TableName=deployment.config.consumers_table,
-        KeyConditionExpression="#g = :g",
-        ExpressionAttributeNames={"#g": C.ATTR_CONSUMER_GROUP},
-        ExpressionAttributeValues={":g": {"S": name}},
-        ConsistentRead=True,
-    )
     states: dict[str, dict[str, Any]] = {}
-    for page in pages:
-        for item in page.get("Items", []):
-            partition_id = item[C.ATTR_PARTITION_ID]["S"]
-            state = {
-                label: item[attr].get("N", item[attr].get("S"))
-                for label, attr in (
-                    ("retryStartSeq", C.ATTR_RETRY_START),
-                    ("retryEndSeq", C.ATTR_RETRY_END),
-                    ("retryBatchSize", C.ATTR_RETRY_SIZE),
-                    ("retryAttempts", C.ATTR_RETRY_ATTEMPTS),
-                )
-                if attr in item
-            }
-            if C.ATTR_PENDING_FAILURE in item:
-                state["pendingOnFailure"] = "yes"
-            if state and not partition_id.startswith(C.GROUP_ITEM_PREFIX):
-                states[partition_id] = state
+    for item in group_items(clients, deployment.config.consumers_table, name):
+        partition_id = item[C.ATTR_PARTITION_ID]["S"]
+        state = {
+            label: item[attr].get("N", item[attr].get("S"))
+            for label, attr in (
+                ("retryStartSeq", C.ATTR_RETRY_START),
+                ("retryEndSeq", C.ATTR_RETRY_END),
+                ("retryBatchSize", C.ATTR_RETRY_SIZE),
+                ("retryAttempts", C.ATTR_RETRY_ATTEMPTS),
+            )
+            if attr in item
+        }
+        if C.ATTR_PENDING_FAILURE in item:
+            state["pendingOnFailure"] = "yes"
+        if state and not partition_id.startswith(C.GROUP_ITEM_PREFIX):
+            states[partition_id] = state
     return states
 
 

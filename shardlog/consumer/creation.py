@@ -20,10 +20,11 @@ Protocol:
    A position at or past the end of an ENDED partition, and a done CLOSED one, becomes
    ``SHARD_END`` only when every known parent did too, so no child starts ahead of an
    ancestor the group still reads.
-2. **Creation.** One conditional PutItem of the group's ``$group`` item (``groupKind``,
-   ``groupCreatedAt``, ``groupStartPosition`` and the map ``groupStartPositions``): the
-   first writer creates the group; a later one reads the group it found (same kind, else
-   refused; for a Lambda group the same start position, else refused: it cannot change).
+2. **Creation.** One conditional write of the group's ``$group`` item (``groupKind``,
+   ``groupCreatedAt``, ``groupStartPosition`` and the map ``groupStartPositions``;
+   ``create_group`` in shardlog/dal/consumers.py): the first writer creates the group; a
+   later one reads the group it found (same kind, else refused; for a Lambda group the
+   same start position, else refused: it cannot change).
 3. **Lease items.** Each lease item is created (``LeaseManager.ensure``, conditional, so
    never twice) with the position of step 1 as its checkpoint, by creation itself and by
    any worker or runner that finds it missing, so a crash between 2 and 3 loses nothing:
@@ -36,51 +37,30 @@ registration, computed then; partitions it already has lease items for keep them
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.consumer.positions import InitialPosition, StartPosition, resolve_start
+from shardlog.dal.consumers import LAMBDA, WORKERS, GroupRecord, create_group, read_group
 from shardlog.exceptions import ConfigurationError
 from shardlog.lease import LeaseManager
 from shardlog.partitions import PartitionState, lineage_known, lineage_order
 from shardlog.reader import LogReader
-from shardlog.tables import (
-    PartitionInfo,
-    Tables,
-    consumer_key,
-    from_ddb,
-    is_conditional_failure,
-    n,
-    s,
-)
+from shardlog.tables import PartitionInfo, Tables
 
 logger = logging.getLogger("shardlog.consumer")
 
-WORKERS, LAMBDA = "workers", "lambda"  # groupKind
+__all__ = [
+    "LAMBDA",
+    "WORKERS",
+    "GroupCreator",
+    "GroupRecord",
+    "positions_at_creation",
+    "read_group",
+]
 _KIND_NAMES = {WORKERS: "worker", LAMBDA: "Lambda"}
-
-
-@dataclass(frozen=True)
-class GroupRecord:
-    """A group's ``$group`` item. ``positions``: partition -> first seq (decimal) or
-    SHARD_END, fixed at creation; a partition not in it appeared later (from seq 0)."""
-
-    group: str
-    kind: str
-    created_at_ms: int
-    start: str  # StartPosition.describe() of the position it was created with
-    positions: Mapping[str, str] = field(default_factory=dict)
-    positioned: bool = True  # False: registered by an earlier version, without positions
-
-    def position(self, partition_id: str) -> str | None:
-        """The checkpoint a new lease item of this partition starts with (None: seq 0, as
-        for a partition that appeared later)."""
-        position = self.positions.get(partition_id)
-        return None if position == "0" else position
 
 
 def positions_at_creation(
@@ -112,28 +92,6 @@ def _start_of(
     return seq, partition.state == PartitionState.ENDED and seq >= partition.next_seq
 
 
-def read_group(clients: Clients, consumers_table: str, group: str) -> GroupRecord | None:
-    response = clients.dynamodb.get_item(
-        TableName=consumers_table, Key=consumer_key(group, C.GROUP_ITEM_ID), ConsistentRead=True
-    )
-    return _record(group, response.get("Item"))
-
-
-def _record(group: str, raw: Mapping[str, object] | None) -> GroupRecord | None:
-    if not raw:
-        return None
-    item = from_ddb(dict(raw))
-    positions = item.get(C.ATTR_GROUP_START_POSITIONS)
-    return GroupRecord(
-        group,
-        str(item.get(C.ATTR_GROUP_KIND, WORKERS)),
-        int(item.get(C.ATTR_GROUP_CREATED_AT, 0)),
-        str(item.get(C.ATTR_GROUP_START_POSITION, "")),
-        json.loads(positions) if isinstance(positions, str) else {},
-        positioned=positions is not None,
-    )
-
-
 class GroupCreator:
     """Creates a group (steps 1 to 3), or finds the one that exists."""
 
@@ -157,35 +115,19 @@ class GroupCreator:
             return self._found(existing, kind, start, strict=strict)
         partitions = self.tables.list_partitions()
         positions = positions_at_creation(self.reader, partitions, start)
-        item = {
-            **consumer_key(group, C.GROUP_ITEM_ID),
-            C.ATTR_GROUP_KIND: s(kind),
-            C.ATTR_GROUP_CREATED_AT: n(existing.created_at_ms if existing else now_ms),
-            C.ATTR_GROUP_START_POSITION: s(start.describe()),
-            C.ATTR_GROUP_START_POSITIONS: s(json.dumps(positions, sort_keys=True)),
-        }
-        # A new group, or one registered before positions were recorded (same kind).
-        condition = "attribute_not_exists(#g) OR (#kind = :kind AND attribute_not_exists(#pos))"
-        try:
-            self.clients.dynamodb.put_item(
-                TableName=consumers,
-                Item=item,
-                ConditionExpression=condition,
-                ExpressionAttributeNames={
-                    "#g": C.ATTR_CONSUMER_GROUP,
-                    "#kind": C.ATTR_GROUP_KIND,
-                    "#pos": C.ATTR_GROUP_START_POSITIONS,
-                },
-                ExpressionAttributeValues={":kind": s(kind)},
-            )
-        except Exception as exc:
-            if not is_conditional_failure(exc):
-                raise
+        record = create_group(
+            self.clients,
+            consumers,
+            group,
+            kind,
+            existing.created_at_ms if existing else now_ms,
+            start.describe(),
+            positions,
+        )
+        if record is None:  # refused: another creation came first
             found = read_group(self.clients, consumers, group)
             assert found is not None, "a refused creation leaves the group that refused it"
             return self._found(found, kind, start, strict=strict)
-        record = _record(group, item)
-        assert record is not None
         self.ensure_leases(record, partitions)
         logger.info(
             "group %s (%s) created at %s: %s",

@@ -1,4 +1,6 @@
-"""A group's progress per partition: owner, checkpoint, lag (`shardlog status --group`)."""
+"""A group's progress per partition: owner, checkpoint, lag (`shardlog status --group`).
+
+Read only, through the data-access layer (``Tables``, shardlog/dal/consumers.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardlog import constants as C
+from shardlog.dal.consumers import group_kind as read_group_kind
 from shardlog.exceptions import NotFoundError
 from shardlog.partitions import lineage_known, parents_done
 from shardlog.reader import LogReader
-from shardlog.tables import Tables, consumer_key
+from shardlog.tables import Tables
 
 
 @dataclass(frozen=True)
@@ -96,10 +99,4 @@ def lag_ms(reader: LogReader, row: PartitionProgress, now_ms: int) -> int:
 def group_kind(tables: Tables, group: str) -> str | None:
     """What the group's "$group" item says it is ("lambda" for a Lambda consumer group), or
     None when it has no such item (a worker group, or no group)."""
-    response = tables.clients.dynamodb.get_item(
-        TableName=tables.names.consumers,
-        Key=consumer_key(group, C.GROUP_ITEM_ID),
-        ConsistentRead=True,
-    )
-    kind = response.get("Item", {}).get(C.ATTR_GROUP_KIND, {}).get("S")
-    return str(kind) if kind else None
+    return read_group_kind(tables.clients, tables.names.consumers, group)

@@ -110,8 +110,7 @@ def runner_for(
     runner_settings = RunnerSettings(
         consumer=consumer,
         bucket=aws.config.bucket,
-        partitions_table=aws.config.partitions_table,
-        consumers_table=aws.config.consumers_table,
+        tables=aws.config.tables,
         wake_queue_url=wake_url,
         event_source_arn="arn:aws:kinesis:us-east-1:123456789012:stream/test",
     )

@@ -25,8 +25,8 @@ def test_each_mutation_applies_to_exactly_one_place(mutation: Mutation, tmp_path
 
 
 def test_a_mutation_whose_text_moved_fails_loudly(tmp_path: Path) -> None:
-    file = tmp_path / "shardlog" / "writer.py"
-    file.parent.mkdir()
+    file = tmp_path / MUTATIONS[0].path
+    file.parent.mkdir(parents=True)
     file.write_text("nothing to break here\n")
     with pytest.raises(click.ClickException, match="occurs 0 times"):
         MUTATIONS[0].apply(tmp_path)

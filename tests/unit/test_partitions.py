@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 
 from shardlog import constants as C
+from shardlog.dal.partitions import state_on_commit, transition
 from shardlog.exceptions import ShardlogError
-from shardlog.partitions import (
-    TRANSITIONS,
-    PartitionState,
-    lineage_order,
-    reaches_end,
-    state_on_commit,
-    transition,
-)
+from shardlog.partitions import TRANSITIONS, PartitionState, lineage_order, reaches_end
 from shardlog.tables import PartitionInfo
 
 OPEN, CLOSED, ENDED = PartitionState.OPEN, PartitionState.CLOSED, PartitionState.ENDED

@@ -44,8 +44,8 @@ def test_only_the_tables_module_recognises_a_refused_condition() -> None:
     )
 
 
-def test_only_the_partitions_module_sets_a_partition_state() -> None:
-    allowed = {"shardlog/partitions.py", "shardlog/constants.py", "shardlog/tables.py"}
+def test_only_the_partitions_table_layer_sets_a_partition_state() -> None:
+    allowed = {"shardlog/dal/partitions.py", "shardlog/constants.py", "shardlog/tables.py"}
     assert offenders(r"#state = ", allowed) == []
 
 

@@ -9,8 +9,8 @@ from shardlog import constants as C
 from shardlog.clock import ManualClock
 from shardlog.consumer import ConsumerSettings, StartPosition, replay, seq_at_timestamp
 from shardlog.consumer.creation import WORKERS, GroupCreator
+from shardlog.dal.partitions import close
 from shardlog.lease import LeaseManager
-from shardlog.partitions import close
 from shardlog.reader import LogReader
 from shardlog.tables import Tables, partition_key
 from shardlog.writer import LogWriter, WriterSettings

@@ -38,10 +38,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from shardlog import constants as C
 from shardlog.clock import ManualClock
 from shardlog.consumer import StartPosition, Worker
+from shardlog.dal.partitions import close
 from shardlog.format import IncomingRecord
 from shardlog.lambda_consumer.runner import Runner
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
-from shardlog.partitions import close
 from tests.support.aws import AwsEnv, make_env
 from tests.support.factories import (
     FAST,

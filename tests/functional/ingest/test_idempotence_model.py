@@ -40,10 +40,10 @@ from hypothesis.stateful import (
 
 from shardlog import constants as C
 from shardlog.clock import ManualClock
+from shardlog.dal.partitions import close
 from shardlog.exceptions import CommitConflictError, LeaseLostError
 from shardlog.format import IncomingRecord
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
-from shardlog.partitions import close
 from shardlog.reader import LogReader
 from shardlog.shardsync import list_shards, parents_of
 from shardlog.tables import Tables

@@ -10,12 +10,12 @@ import pytest
 
 from shardlog.aws import RequestCounter
 from shardlog.clock import ManualClock
+from shardlog.dal.partitions import close
 from shardlog.dedupe import LookupLimits
 from shardlog.exceptions import ConfigurationError, CorruptLogError
 from shardlog.format import IncomingRecord
 from shardlog.idempotence import wrap
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
-from shardlog.partitions import close
 from shardlog.producer import Producer
 from shardlog.reader import LogReader
 from shardlog.records import ProducerRecord

@@ -10,8 +10,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from shardlog import constants as C
 from shardlog.clock import ManualClock
+from shardlog.dal.partitions import close
 from shardlog.exceptions import CommitConflictError
-from shardlog.partitions import close
 from shardlog.tables import Tables
 from shardlog.writer import LogWriter
 from tests.support.aws import AwsEnv

@@ -39,10 +39,10 @@ from hypothesis.stateful import (
 
 from shardlog import constants as C
 from shardlog.clock import ManualClock
+from shardlog.dal.partitions import close
 from shardlog.exceptions import CommitConflictError, LeaseHeldError, LeaseLostError
 from shardlog.format import IncomingRecord
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
-from shardlog.partitions import close
 from shardlog.reader import LogReader
 from shardlog.tables import Tables, cancelled_items
 from shardlog.writer import AppendResult, LogWriter, PreparedBatch

@@ -9,10 +9,10 @@ import pytest
 from shardlog import constants as C
 from shardlog.clock import ManualClock
 from shardlog.consumer.creation import read_group
+from shardlog.dal.partitions import close
 from shardlog.exceptions import ConfigurationError
 from shardlog.lambda_consumer.runner import Outcome
 from shardlog.lease import LeaseManager
-from shardlog.partitions import close
 from shardlog.tables import Tables, consumer_key
 from tests.functional.lambda_consumer.conftest import Start
 from tests.support.aws import AwsEnv

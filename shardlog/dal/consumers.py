@@ -1,0 +1,361 @@
+"""The consumers table's requests beyond the lease itself: group items, a Lambda group's
+progress records, the compaction mirror.
+
+The lease (owner, counter, expiry, checkpoint) is shardlog/lease.py's; the requests here
+build on its fenced checkpoint write where they must be fenced, and own the rest:
+
+- **group items** (``$group``, docs/TABLES.md): ``read_group``, ``group_kind`` and
+  ``create_group``, one conditional PutItem that creates a group, or gives positions to
+  one registered without them, and is refused when any other group item stands;
+- **a Lambda group's progress** on a lease item (``LambdaProgress``): the retry state
+  (``retryStartSeq``, ``retryEndSeq``, ``retryBatchSize``, ``retryAttempts``) and the
+  pending give-up (``pendingOnFailure``), each written in the same fenced write as the
+  checkpoint or the lease's renewal, so a runner that lost its lease writes neither;
+- **the compaction mirror** (``$compaction`` items, ``WatermarkItems``): every write
+  conditional on ``leaseCounter`` as it was read, incrementing it.
+
+Every refusal leaves this module as an outcome (None) or a domain error
+(``LeaseLostError``, ``WatermarkConflictError``), never as a ClientError.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shardlog import constants as C
+from shardlog.aws import Clients
+from shardlog.exceptions import LeaseLostError
+from shardlog.lease import LeaseManager
+from shardlog.spark.exceptions import WatermarkConflictError
+from shardlog.tables import (
+    Lease,
+    Update,
+    consumer_key,
+    from_ddb,
+    is_conditional_failure,
+    n,
+    s,
+    update_item,
+)
+
+# --- group items ---------------------------------------------------------------------------
+WORKERS, LAMBDA = "workers", "lambda"  # groupKind
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """A group's ``$group`` item. ``positions``: partition -> first seq (decimal) or
+    SHARD_END, fixed at creation; a partition not in it appeared later (from seq 0)."""
+
+    group: str
+    kind: str
+    created_at_ms: int
+    start: str  # StartPosition.describe() of the position it was created with
+    positions: Mapping[str, str] = field(default_factory=dict)
+    positioned: bool = True  # False: registered by an earlier version, without positions
+
+    def position(self, partition_id: str) -> str | None:
+        """The checkpoint a new lease item of this partition starts with (None: seq 0, as
+        for a partition that appeared later)."""
+        position = self.positions.get(partition_id)
+        return None if position == "0" else position
+
+
+def _group_item(clients: Clients, consumers_table: str, group: str) -> dict[str, Any] | None:
+    response = clients.dynamodb.get_item(
+        TableName=consumers_table, Key=consumer_key(group, C.GROUP_ITEM_ID), ConsistentRead=True
+    )
+    item = response.get("Item")
+    return dict(item) if item else None
+
+
+def read_group(clients: Clients, consumers_table: str, group: str) -> GroupRecord | None:
+    return _record(group, _group_item(clients, consumers_table, group))
+
+
+def group_kind(clients: Clients, consumers_table: str, group: str) -> str | None:
+    """What the group's "$group" item says it is ("lambda" for a Lambda consumer group), or
+    None when it has no such item (a worker group, or no group)."""
+    item = _group_item(clients, consumers_table, group) or {}
+    kind = item.get(C.ATTR_GROUP_KIND, {}).get("S")
+    return str(kind) if kind else None
+
+
+def _record(group: str, raw: Mapping[str, object] | None) -> GroupRecord | None:
+    if not raw:
+        return None
+    item = from_ddb(dict(raw))
+    positions = item.get(C.ATTR_GROUP_START_POSITIONS)
+    return GroupRecord(
+        group,
+        str(item.get(C.ATTR_GROUP_KIND, WORKERS)),
+        int(item.get(C.ATTR_GROUP_CREATED_AT, 0)),
+        str(item.get(C.ATTR_GROUP_START_POSITION, "")),
+        json.loads(positions) if isinstance(positions, str) else {},
+        positioned=positions is not None,
+    )
+
+
+def create_group(
+    clients: Clients,
+    consumers_table: str,
+    group: str,
+    kind: str,
+    created_at_ms: int,
+    start: str,
+    positions: Mapping[str, str],
+) -> GroupRecord | None:
+    """Write the group's item: the record written, or None when refused (another group item
+    stands: another kind, or one that has its positions already)."""
+    item = {
+        **consumer_key(group, C.GROUP_ITEM_ID),
+        C.ATTR_GROUP_KIND: s(kind),
+        C.ATTR_GROUP_CREATED_AT: n(created_at_ms),
+        C.ATTR_GROUP_START_POSITION: s(start),
+        C.ATTR_GROUP_START_POSITIONS: s(json.dumps(dict(positions), sort_keys=True)),
+    }
+    # A new group, or one registered before positions were recorded (same kind).
+    condition = "attribute_not_exists(#g) OR (#kind = :kind AND attribute_not_exists(#pos))"
+    try:
+        clients.dynamodb.put_item(
+            TableName=consumers_table,
+            Item=item,
+            ConditionExpression=condition,
+            ExpressionAttributeNames={
+                "#g": C.ATTR_CONSUMER_GROUP,
+                "#kind": C.ATTR_GROUP_KIND,
+                "#pos": C.ATTR_GROUP_START_POSITIONS,
+            },
+            ExpressionAttributeValues={":kind": s(kind)},
+        )
+    except ClientError as exc:
+        if not is_conditional_failure(exc):
+            raise
+        return None
+    return _record(group, item)
+
+
+def group_items(clients: Clients, consumers_table: str, group: str) -> list[dict[str, Any]]:
+    """Every item of the group (its lease items and its ``$`` items) as stored, read
+    consistently: what a display of the group's progress reads."""
+    pages = clients.dynamodb.get_paginator("query").paginate(
+        TableName=consumers_table,
+        KeyConditionExpression="#g = :g",
+        ExpressionAttributeNames={"#g": C.ATTR_CONSUMER_GROUP},
+        ExpressionAttributeValues={":g": {"S": group}},
+        ConsistentRead=True,
+    )
+    return [item for page in pages for item in page.get("Items", [])]
+
+
+# --- a Lambda group's progress -------------------------------------------------------------
+_RETRY_ATTRIBUTES = ("#rstart", "#rend", "#rsize", "#rattempts")
+
+
+@dataclass(frozen=True)
+class RetryState:
+    """The records [start, end) of a batch that failed are being retried, in sub-batches of
+    at most ``size`` records; the current one has failed ``attempts`` times."""
+
+    start: int
+    end: int
+    size: int
+    attempts: int
+
+
+@dataclass(frozen=True)
+class PendingFailure:
+    """The group gave up on the records [start, end) (recorded, fenced, before the on-failure
+    record is sent); the next runner sends the record if this one could not."""
+
+    start: int
+    end: int
+    condition: str
+    attempts: int
+    function_error: str | None
+
+    def attribute(self) -> dict[str, Any]:
+        value: dict[str, Any] = {
+            "start": n(self.start),
+            "end": n(self.end),
+            "condition": s(self.condition),
+            "attempts": n(self.attempts),
+        }
+        if self.function_error is not None:
+            value["functionError"] = s(self.function_error)
+        return {"M": value}
+
+    @classmethod
+    def from_value(cls, value: Mapping[str, Any]) -> PendingFailure:
+        error = value.get("functionError")
+        return cls(
+            int(value["start"]),
+            int(value["end"]),
+            str(value["condition"]),
+            int(value["attempts"]),
+            str(error) if error is not None else None,
+        )
+
+
+class LambdaProgress:
+    """A Lambda group's checkpoint, retry state and pending give-up on its lease items.
+
+    Every write is fenced on the lease (and renews it) and returns the lease written;
+    LeaseLostError when the fence refused it (nothing written)."""
+
+    def __init__(self, leases: LeaseManager) -> None:
+        self.leases = leases
+
+    def read(
+        self, group: str, partition_id: str
+    ) -> tuple[RetryState | None, PendingFailure | None]:
+        """A batch being retried, and a give-up whose record may not have been sent."""
+        response = self.leases.clients.dynamodb.get_item(
+            TableName=self.leases.table_name,
+            Key=consumer_key(group, partition_id),
+            ConsistentRead=True,
+        )
+        item = from_ddb(response.get("Item", {}))
+        pending = item.get(C.ATTR_PENDING_FAILURE)
+        failure = PendingFailure.from_value(pending) if pending is not None else None
+        if C.ATTR_RETRY_START not in item:
+            return None, failure
+        start, end = int(item[C.ATTR_RETRY_START]), int(item[C.ATTR_RETRY_END])
+        retry = RetryState(
+            start,
+            end,
+            int(item.get(C.ATTR_RETRY_SIZE, end - start)),
+            int(item.get(C.ATTR_RETRY_ATTEMPTS, 0)),
+        )
+        return retry, failure
+
+    def checkpoint(self, lease: Lease, next_seq: str, *, clear_retry: bool) -> Lease:
+        """The checkpoint; it clears a pending give-up (sent), and with ``clear_retry`` the
+        retry state (the failed batch is all through)."""
+        update = self._checkpoint_update(lease, next_seq)
+        removes = (*_RETRY_ATTRIBUTES, "#pf") if clear_retry else ("#pf",)
+        return self._send(lease, update.extended(removes=removes))
+
+    def record_retry_state(
+        self, lease: Lease, retry: RetryState, *, checkpoint: int | None
+    ) -> Lease:
+        """The retry state (and the checkpoint before it, when given; else a renewal)."""
+        if checkpoint is not None:
+            base = self._checkpoint_update(lease, str(checkpoint))
+        else:
+            base = self.leases.renew_update(lease)
+        update = base.extended(
+            removes=("#pf",),
+            sets=(
+                "#rstart = :rstart",
+                "#rend = :rend",
+                "#rsize = :rsize",
+                "#rattempts = :rattempts",
+            ),
+            values={
+                ":rstart": n(retry.start),
+                ":rend": n(retry.end),
+                ":rsize": n(retry.size),
+                ":rattempts": n(retry.attempts),
+            },
+        )
+        return self._send(lease, update)
+
+    def record_give_up(self, lease: Lease, pending: PendingFailure) -> Lease:
+        """The give-up, before its on-failure record is sent (checkpoint at its start)."""
+        update = self._checkpoint_update(lease, str(pending.start))
+        return self._send(
+            lease, update.extended(sets=("#pf = :pf",), values={":pf": pending.attribute()})
+        )
+
+    def _checkpoint_update(self, lease: Lease, checkpoint: str) -> Update:
+        return self.leases.checkpoint_update(lease, checkpoint, now_ms=self.leases.clock.now_ms())
+
+    def _send(self, lease: Lease, update: Update) -> Lease:
+        outcome = update_item(self.leases.clients, update)
+        if not outcome.written or outcome.item is None:
+            raise LeaseLostError(lease.group, lease.partition_id, "fenced by leaseCounter")
+        return Lease.from_item(outcome.item)
+
+
+# --- the compaction mirror -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Watermark:
+    partition_id: str
+    next_seq: int = 0
+    pending_end: int | None = None
+    counter: int = 0
+    ended: bool = False
+    exists: bool = False
+
+    @classmethod
+    def from_item(cls, raw: dict[str, Any]) -> Watermark:
+        item = from_ddb(raw)
+        checkpoint = item.get(C.ATTR_CHECKPOINT)
+        pending = item.get(C.ATTR_PENDING_CHECKPOINT)
+        ended = checkpoint == C.SHARD_END
+        return cls(
+            partition_id=item[C.ATTR_PARTITION_ID],
+            next_seq=int(checkpoint) if checkpoint and not ended else 0,
+            pending_end=int(pending) if pending is not None else None,
+            counter=int(item.get(C.ATTR_LEASE_COUNTER, 0)),
+            ended=ended,
+            exists=True,
+        )
+
+
+class WatermarkItems:
+    """The ``$compaction`` group's items: reads, and the one counter-fenced write."""
+
+    def __init__(
+        self,
+        clients: Clients,
+        table_name: str = C.DEFAULT_CONSUMERS_TABLE,
+        group: str = C.COMPACTION_GROUP,
+    ) -> None:
+        self.clients = clients
+        self.table_name = table_name
+        self.group = group
+
+    def read(self, partition_id: str) -> Watermark:
+        response = self.clients.dynamodb.get_item(
+            TableName=self.table_name,
+            Key=consumer_key(self.group, partition_id),
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return Watermark.from_item(item) if item else Watermark(partition_id)
+
+    def read_all(self) -> dict[str, Watermark]:
+        pages = self.clients.dynamodb.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="#g = :g",
+            ExpressionAttributeNames={"#g": C.ATTR_CONSUMER_GROUP},
+            ExpressionAttributeValues={":g": {"S": self.group}},
+            ConsistentRead=True,
+        )
+        marks = [Watermark.from_item(i) for page in pages for i in page.get("Items", [])]
+        return {m.partition_id: m for m in marks}
+
+    def write_checkpoint(self, mark: Watermark, checkpoint: str) -> Watermark:
+        """The one write of the watermark: the checkpoint (the old redo record removed),
+        conditional on the counter as it was read (absent: no item yet), incrementing it."""
+        update = Update(
+            self.table_name,
+            consumer_key(self.group, mark.partition_id),
+            ("#cp = :cp",),
+            ("#pending",),
+            values={":cp": s(checkpoint)},
+        ).counter_fenced(mark.counter if mark.exists else None)
+        outcome = update_item(self.clients, update)
+        if not outcome.written or outcome.item is None:
+            raise WatermarkConflictError(
+                mark.partition_id,
+                f"expected leaseCounter {mark.counter if mark.exists else 'absent'}",
+            )
+        return Watermark.from_item(outcome.item)
