@@ -15,8 +15,7 @@ worst case). Two cases:
 Segments are written straight to the embedded S3 with the partition's head (setup, not
 measured), ``--records-per-segment`` records each. Prints the requests by operation, the
 total and the look-up's time for each case; ``--json`` for a machine-readable line. Run it
-from another checkout to compare (the script uses only what the writer had before the
-bounded look-up: then the child case finds no parent).
+from another checkout that has the data-access layer (``shardlog/dal/``) to compare.
 
 Usage: python bench/dedupe.py [--window-segments N] [--older-segments N]
                               [--records-per-segment N] [--json]
@@ -35,12 +34,12 @@ import common  # first: the repository importable
 from shardlog import constants as C
 from shardlog.aws import RequestCounter
 from shardlog.config import ShardlogConfig
+from shardlog.dal.partitions import PartitionsTable
 from shardlog.format import IncomingRecord, encode_segment
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.segments import SegmentStore
 from shardlog.shardsync import ShardSync
-from shardlog.tables import n, partition_key
 from shardlog.writer import LogWriter, WriterSettings
 
 WINDOW_MS = C.DEFAULT_DEDUPE_WINDOW_S * 1000
@@ -76,13 +75,7 @@ def build(config: ShardlogConfig, segments: int, per_segment: int) -> IncomingRe
             index * per_segment,
             encode_segment(PARENT, index * per_segment, records, arrival),
         )
-    clients.dynamodb.update_item(
-        TableName=config.partitions_table,
-        Key=partition_key(PARENT),
-        UpdateExpression="SET #next = :next",
-        ExpressionAttributeNames={"#next": C.ATTR_NEXT_SEQUENCE_NUMBER},
-        ExpressionAttributeValues={":next": n(segments * per_segment)},
-    )
+    PartitionsTable(clients, config.tables).set_head(PARENT, segments * per_segment)
     assert oldest_inside is not None
     return oldest_inside
 

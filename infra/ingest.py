@@ -44,10 +44,10 @@ INGEST_S3_READ_ACTIONS = ["s3:GetObject"]
 INGEST_S3_LIST_ACTIONS = ["s3:ListBucket"]
 INGEST_S3_CREATE_ACTIONS = ["s3:PutObject"]
 IF_NONE_MATCH_SENT = {"Null": {"s3:if-none-match": "false"}}
-# The commit is a TransactWriteItems of two Update items; IAM checks each item as UpdateItem.
+# The commit is one transaction of two Update items; IAM checks each item as UpdateItem.
 INGEST_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
 # Lease: UpdateItem creates (an upsert), takes, renews and checkpoints it, GetItem reads it
-# (in the TransactGetItems of step 2); all on the $ingest items only
+# (in the transactional read of step 2); all on the $ingest items only
 # (Storage.grant_consumer_items).
 INGEST_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
 SHARD_SYNC_KINESIS_ACTIONS = [

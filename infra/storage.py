@@ -40,7 +40,7 @@ def own_items(*groups: str) -> dict[str, Any]:
     """IAM conditions: only the consumers-table items of these consumer groups.
 
     The table's partition key is the group, and dynamodb:LeadingKeys holds the partition key
-    values a request names (every item of a TransactWriteItems is checked as its own
+    values a request names (every item of a transactional write is checked as its own
     UpdateItem). The key is multivalued, hence ForAllValues; ForAllValues alone also holds
     when a request names no key at all (a Scan), so Null=false requires one.
     """

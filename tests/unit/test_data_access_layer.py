@@ -21,9 +21,7 @@ from tests.support import REPO_ROOT
 SCANNED = ("shardlog", "lambdas", "infra", "bench", "scripts", "spark_jobs")
 LAYER = ("shardlog/tables.py", "shardlog/lease.py", "shardlog/dal/")
 OUTSIDE_THE_RULE = ("shardlog/local/",)
-# One fixture kept on purpose: bench/dedupe.py runs from older checkouts too (its
-# docstring), so it writes its fixture's head with the plain client, not the layer.
-KEPT = {("bench/dedupe.py", "update_item"), ("bench/dedupe.py", "UpdateExpression")}
+KEPT: set[tuple[str, str]] = set()  # (path, name) allowed outside the layer: none
 
 # Names that send a DynamoDB request (the client's methods that read or write items).
 REQUEST_NAMES = {
