@@ -26,11 +26,10 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -41,11 +40,11 @@ from shardlog.console import messages as message_queries
 from shardlog.console import queries, render
 from shardlog.console.source import Deployment
 from shardlog.exceptions import NotFoundError, ShardlogError, ValidationError
+from shardlog.loopback_server import LOOPBACK_HOSTS, LoopbackServer
 from shardlog.tables import Tables
 
 log = logging.getLogger(__name__)
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 MAX_FORM_BYTES = 4096
 _HEADERS = (
     ("Content-Type", "text/html; charset=utf-8"),
@@ -243,8 +242,10 @@ def _int(params: dict[str, str], name: str, default: int) -> int:
     return int(text)
 
 
-class ConsoleServer:
+class ConsoleServer(LoopbackServer):
     """Serves a ``Console`` on http://127.0.0.1:<port> (port 0: a free one)."""
+
+    THREAD_NAME = "shardlog-console"
 
     def __init__(self, console: Console, *, port: int = 0, host: str = "127.0.0.1") -> None:
         if host not in LOOPBACK_HOSTS:
@@ -252,49 +253,14 @@ class ConsoleServer:
                 f"the console listens on 127.0.0.1 only, not {host!r} (it shows your log with "
                 "your credentials: reach it from elsewhere through an SSH tunnel)"
             )
+        super().__init__(port=port)
         self.console = console
-        self.host = "127.0.0.1"
-        self.port = port
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self) -> str:
-        """Bind and serve in a thread; OSError (e.g. the port is busy) before serving."""
-        server = ThreadingHTTPServer((self.host, self.port), _handler_class(self))
-        server.daemon_threads = True
-        self._server = server
-        self.port = int(server.server_address[1])
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name="shardlog-console",
-            daemon=True,
-        )
-        self._thread.start()
-        return self.url
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return _handler_class(self)
 
     def allowed_host(self, host_header: str | None) -> bool:
         return host_header in {f"{h}:{self.port}" for h in LOOPBACK_HOSTS}
-
-    def shutdown(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
-
-    def __enter__(self) -> ConsoleServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
 
 
 def _handler_class(server: ConsoleServer) -> type[BaseHTTPRequestHandler]:

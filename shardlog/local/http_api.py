@@ -24,6 +24,7 @@ from shardlog import constants as C
 from shardlog.clock import SystemClock
 from shardlog.local.lambda_context import LambdaContext
 from shardlog.local.ports import PRODUCER_API, listening
+from shardlog.loopback_server import LOOPBACK_HOSTS, LoopbackServer
 
 logger = logging.getLogger(__name__)
 
@@ -101,59 +102,31 @@ def response_headers(response: dict[str, Any]) -> list[tuple[str, str]]:
     return [(name, value) for name, values in merged.items() for value in values]
 
 
-class LocalApiServer:
+class LocalApiServer(LoopbackServer):
     """Serves ``handler`` on http://127.0.0.1:<port>; port 0 picks a free one."""
 
+    THREAD_NAME = "shardlog-api"
+    POLL_INTERVAL_S = 0.05
+
     def __init__(self, handler: ProxyHandler, *, port: int = 0, host: str = "127.0.0.1") -> None:
-        if host not in ("127.0.0.1", "localhost"):
+        if host not in LOOPBACK_HOSTS:
             raise ValueError("the local API only listens on the loopback interface")
+        super().__init__(port=port, host=host)
         self.handler = handler
-        self.host = host
-        self.port = port
         self.requests = 0
         self._invoke_lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return _request_handler_class(self)
 
-    def start(self) -> str:
+    def _bind(self) -> ThreadingHTTPServer:
         with listening(PRODUCER_API, self.host, self.port):
-            server = ThreadingHTTPServer((self.host, self.port), _request_handler_class(self))
-        server.daemon_threads = True
-        self._server = server
-        self.port = int(server.server_address[1])
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="shardlog-api",
-            daemon=True,
-        )
-        self._thread.start()
-        return self.url
+            return super()._bind()
 
     def invoke(self, event: dict[str, Any]) -> dict[str, Any]:
         with self._invoke_lock:
             self.requests += 1
             return self.handler(event, LambdaContext(FUNCTION_NAME))
-
-    def shutdown(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
-
-    def __enter__(self) -> LocalApiServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
 
 
 def _error_body(error: str, field: str | None = None, limit: Any = None) -> bytes:
