@@ -14,11 +14,13 @@ from __future__ import annotations
 import selectors
 import socket
 import threading
+import time
 from urllib.parse import urlsplit
 
 _CHUNK = 1 << 16
 _IDLE_TIMEOUT_S = 60.0  # a connection with no traffic for this long is closed
 _ACCEPT_POLL_S = 0.05  # how often the accept loop checks whether it should stop
+_SERVE_POLL_S = 0.05  # how often a connection's loop checks whether the proxy stops
 
 
 class LossyProxy:
@@ -110,10 +112,16 @@ class LossyProxy:
         with client, upstream, selectors.DefaultSelector() as selector:
             selector.register(client, selectors.EVENT_READ, upstream)
             selector.register(upstream, selectors.EVENT_READ, client)
+            idle_since = time.monotonic()
             while not self._stopping.is_set():
-                ready = selector.select(timeout=_IDLE_TIMEOUT_S)
+                # Short waits, so stop() ends an idle keep-alive connection at once instead
+                # of after its join timeout.
+                ready = selector.select(timeout=_SERVE_POLL_S)
                 if not ready:
-                    return
+                    if time.monotonic() - idle_since > _IDLE_TIMEOUT_S:
+                        return
+                    continue
+                idle_since = time.monotonic()
                 for key, _ in ready:
                     source: socket.socket = key.fileobj  # type: ignore[assignment]
                     target: socket.socket = key.data
