@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.support.console import (
     GROUP,
@@ -25,6 +27,9 @@ from tests.support.console import (
 # One module fixture (the runtime with its data) and, for the browser, one Chromium: under
 # pytest-xdist the module stays on one worker.
 pytestmark = pytest.mark.xdist_group("browser")
+
+
+NAVIGATION_DEADLINE_S = 30  # bounded: a page of the local console loads in well under 1 s
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +79,14 @@ def test_the_browser_finds_a_record_by_key(
     browser.get(console.url + "/messages")
     field = browser.find_element(By.CSS_SELECTOR, 'form#search input[name="key"]')
     field.send_keys(SCRIPT_KEY)
-    field.submit()
+    _navigating(browser, field.submit)
     keys = browser.find_elements(By.CSS_SELECTOR, 'table#records td[data-field="partitionKey"]')
     assert [k.text for k in keys] == [SCRIPT_KEY]  # shown as text: escaped, never run
     assert browser.find_element(By.ID, "done").is_displayed()
     screenshot("search")
-    browser.find_element(By.CSS_SELECTOR, 'table#records td[data-field="seq"] a').click()
+    _navigating(
+        browser, browser.find_element(By.CSS_SELECTOR, 'table#records td[data-field="seq"] a').click
+    )
     assert "Record " in browser.title
     replay = browser.find_element(By.CSS_SELECTOR, 'code[data-field="replay"]').text
     assert replay.startswith("shardlog read --partition ")
@@ -115,3 +122,11 @@ def test_the_group_and_lake_pages_in_the_browser(
     for partition, mark in console.lake_watermarks.items():
         assert int(cell(browser, "freshness", partition, "watermark")) == mark
     screenshot("lake")
+
+
+def _navigating(browser: Any, action: Any) -> None:
+    """Do ``action`` (a submit, a click on a link) and return once its page replaced this
+    one: reading right after it may meet the old page's elements (stale once it goes)."""
+    page = browser.find_element(By.TAG_NAME, "html")
+    action()
+    WebDriverWait(browser, NAVIGATION_DEADLINE_S).until(staleness_of(page))
