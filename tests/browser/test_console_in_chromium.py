@@ -64,7 +64,8 @@ def test_the_browser_reads_a_partition_like_read(
 ) -> None:
     partition = json.loads(shardlog(console, "status", "--json"))[-1]["partitionId"]
     browser.get(console.url + "/")
-    browser.find_element(By.CSS_SELECTOR, f'table#partitions a[href*="{partition}"]').click()
+    link = browser.find_element(By.CSS_SELECTOR, f'table#partitions a[href*="{partition}"]')
+    _navigating(browser, link.click)
     expected = read_lines(console, "--partition", partition, "--limit", "50")
     rows = browser.find_elements(By.CSS_SELECTOR, "table#records tbody tr")
     assert [int(r.get_attribute("data-seq")) for r in rows] == [r["seq"] for r in expected]
@@ -107,7 +108,7 @@ def test_the_group_and_lake_pages_in_the_browser(
     console: ConsoleUnderTest, browser: Any, screenshot: Any
 ) -> None:
     browser.get(console.url + "/groups")
-    browser.find_element(By.LINK_TEXT, GROUP).click()
+    _navigating(browser, browser.find_element(By.LINK_TEXT, GROUP).click)
     for row in json.loads(shardlog(console, "status", "--group", GROUP, "--json")):
         pid = row["partitionId"]
         assert int(cell(browser, "progress", pid, "lagRecords")) == row["lagRecords"]
