@@ -13,8 +13,11 @@ EXTRAS := local,dev,cdk,spark
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
+	$(BIN)/pip install --quiet --upgrade pip uv
+	# uv fetches and installs the packages in parallel (pip one at a time); the same
+	# pyproject.toml, the system's certificates. pip when uv fails.
+	$(BIN)/uv pip install --quiet --native-tls --python $(BIN)/python -e '.[$(EXTRAS)]' \
+		|| $(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
 	# The wheel holds the package shardlog only: the handlers, the Spark jobs and the CDK app
 	# are imported from this checkout (the local runtime runs the handlers in-process).
 	echo "$(CURDIR)" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/shardlog-checkout.pth"

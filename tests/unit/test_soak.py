@@ -9,9 +9,24 @@ import click
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
-from scripts.soak import MACHINES, Machine, Plan, _parse_turns, _violation, save_regression
+from scripts.soak import (
+    MACHINES,
+    Machine,
+    Plan,
+    _counting,
+    _parse_turns,
+    _violation,
+    save_regression,
+)
+from tests.support.schedules import Tally
 
 
 class Overflow(RuleBasedStateMachine):
@@ -108,3 +123,50 @@ def test_a_turn_overrides_the_chunk_for_its_machine_only() -> None:
 def test_a_bad_turn_is_refused_naming_it(value: str, names: str) -> None:
     with pytest.raises(click.BadParameter, match=names):
         _parse_turns((value,))
+
+
+class Steps(RuleBasedStateMachine):
+    """Counts its steps as the soaked machines do: ``steps`` in an invariant."""
+
+    tally = Tally()
+
+    @rule()
+    def step(self) -> None:
+        pass
+
+    @invariant()
+    def count(self) -> None:
+        self.tally.add("steps")
+
+
+class OneInit(Steps):
+    @initialize()
+    def first(self) -> None:
+        pass
+
+
+class ThreeInits(OneInit):
+    @initialize()
+    def second(self) -> None:
+        pass
+
+    @initialize()
+    def third(self) -> None:
+        pass
+
+
+class Events(list[tuple[str, str, int]]):
+    put = list.append
+
+
+@pytest.mark.parametrize("machine", [Steps, OneInit, ThreeInits], ids=["none", "one", "three"])
+def test_each_schedule_reports_the_steps_it_ran_whatever_its_initialize_rules(
+    machine: type[Steps],
+) -> None:
+    events = Events()
+    run_state_machine_as_test(
+        _counting(machine, machine.tally, events, "m"),
+        settings=settings(max_examples=3, stateful_step_count=9, database=None),
+        _min_steps=9,
+    )
+    assert [steps for _kind, _name, steps in events] == [9, 9, 9]
