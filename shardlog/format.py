@@ -244,16 +244,19 @@ def pays(stored: int, raw: int) -> bool:
 
 
 def compression_ratio(
-    records: Sequence[IncomingRecord], compression: Compression = C.DEFAULT_SEGMENT_COMPRESSION
+    records: Sequence[IncomingRecord],
+    compression: Compression = C.DEFAULT_SEGMENT_COMPRESSION,
+    *,
+    segment_records: int = C.INGEST_BATCH_SIZE,
 ) -> float:
-    """Bytes stored per byte of uncompressed segment, for ``records`` cut into segments as
-    the writer cuts them by default (1.0 when compressing does not pay): what a sample of
-    a workload's records says its log will cost in S3 (e.g. bench/cost.py's storage)."""
+    """Bytes stored per byte of uncompressed segment for a sample of a workload's records,
+    cut into segments of ``segment_records`` (ingest writes a batch as one segment, so the
+    batch size) and each stored as the writer would (1.0 when compressing never pays): what
+    the log of such records costs in S3 (e.g. bench/cost.py's storage)."""
     if not records:
         raise ValueError("a compression ratio needs at least one record")
-    plan = plan_segments(records, C.DEFAULT_SEGMENT_MAX_RECORDS, C.DEFAULT_SEGMENT_MAX_BYTES)
     raw = stored = 0
-    for chunk in plan:
+    for chunk in plan_segments(records, segment_records, C.DEFAULT_SEGMENT_MAX_BYTES):
         plain = encode_segment("shardId-000000000000", 0, chunk, 0)
         raw += len(plain)
         stored += len(compress_segment(plain)) if compression == "zlib" else len(plain)
