@@ -10,6 +10,7 @@ import random
 import struct
 import zlib
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -22,6 +23,7 @@ from shardlog.function_settings import IngestSettings
 from shardlog.local.lambda_context import LambdaContext
 from shardlog.reader import LogReader
 from shardlog.segments import SegmentStore, partition_prefix, segment_key
+from shardlog.writer import LogWriter
 from tests.functional.ingest.test_handler import kinesis_event
 from tests.support.aws import AwsEnv
 from tests.support.factories import incoming_records, kinesis_seqs, register_partition, writer_for
@@ -116,14 +118,19 @@ def test_a_log_of_every_version_reads_in_order(aws: AwsEnv) -> None:
 
 
 @pytest.mark.parametrize(("crashed", "adopter"), [("zlib", "none"), ("none", "zlib")])
-def test_a_leftover_is_adopted_whatever_its_codec(aws: AwsEnv, crashed: str, adopter: str) -> None:
+def test_a_leftover_is_adopted_whatever_its_codec(
+    aws: AwsEnv, clock: ManualClock, new_writer: Callable[..., LogWriter], crashed: str,
+    adopter: str,
+) -> None:  # fmt: skip
     """A writer crashed after its S3 write; the next one, with the other setting, adopts
     the leftover as it is: the protocol compares records, never bytes."""
     register_partition(aws, P)
     batch = json_batch(200, 0)
-    writer_for(aws, segment_compression=crashed).prepare(P, batch, "crashed")
+    new_writer(segment_compression=crashed).prepare(P, batch, owner="crashed")
     before = stored(aws, 0)
-    result = writer_for(aws, segment_compression=adopter).append(P, batch)
+    assert before[4] == (VERSION_COMPRESSED if crashed == "zlib" else 1)
+    clock.advance(C.DEFAULT_LEASE_DURATION_MS)  # the crashed writer's lease expires
+    result = new_writer(segment_compression=adopter).append(P, batch, owner="retry")
     assert (result.segments_adopted, result.segments_written, result.committed) == (1, 0, 200)
     assert stored(aws, 0) == before
     assert log_kinesis_seqs(aws, P) == kinesis_seqs(batch)
