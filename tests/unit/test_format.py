@@ -1,4 +1,4 @@
-"""Segment format v1 and v2: round trip, the documented example, and every way a segment can be bad."""
+"""Segment format v1 and v2: round trip, the documented example, every way a segment can be bad."""
 
 from __future__ import annotations
 
