@@ -129,6 +129,7 @@ class Ingest(Construct):
                 segment_max_records=s.segment_max_records,
                 segment_max_bytes=s.segment_max_bytes,
                 dedupe_window_s=s.dedupe_window_s,
+                segment_compression=s.segment_compression,
             ).environment(),
             # One invocation per shard at a time (parallelization factor 1), so this bounds
             # what ingest can take from the account, and guarantees it that much.

@@ -108,6 +108,7 @@ class StackSettings:
     lease_duration_ms: int = C.DEFAULT_LEASE_DURATION_MS
     segment_max_records: int = C.DEFAULT_SEGMENT_MAX_RECORDS
     segment_max_bytes: int = C.DEFAULT_SEGMENT_MAX_BYTES
+    segment_compression: S.SegmentCompression = C.DEFAULT_SEGMENT_COMPRESSION
     dedupe_window_s: int = C.DEFAULT_DEDUPE_WINDOW_S
     api_rate_limit: int = IC.DEFAULT_API_RATE_LIMIT
     api_burst_limit: int = IC.DEFAULT_API_BURST_LIMIT
@@ -181,6 +182,12 @@ class StackSettings:
             ),
             segment_max_bytes=context_setting(
                 node, IC.CTX_SEGMENT_MAX_BYTES, S.SegmentMaxBytes, C.DEFAULT_SEGMENT_MAX_BYTES
+            ),
+            segment_compression=context_setting(
+                node,
+                IC.CTX_SEGMENT_COMPRESSION,
+                S.SegmentCompression,
+                C.DEFAULT_SEGMENT_COMPRESSION,
             ),
             dedupe_window_s=context_setting(
                 node, IC.CTX_DEDUPE_WINDOW_S, S.DedupeWindowS, C.DEFAULT_DEDUPE_WINDOW_S

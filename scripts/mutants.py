@@ -65,6 +65,12 @@ IDEMPOTENCE = (
     "tests/functional/ingest/test_idempotent_resharding.py",
     *IDEMPOTENCE_MODEL,
 )
+# Compressed segments: the format's own tests and the log's on the embedded AWS.
+CODEC = (
+    "tests/unit/test_compression.py",
+    "tests/unit/test_format.py",
+    "tests/functional/ingest/test_compressed_segments.py",
+)
 
 
 @dataclass(frozen=True)
@@ -611,6 +617,46 @@ MUTATIONS = (
         "if host not in LOOPBACK_HOSTS:",
         "if False:",
         CONSOLE,
+    ),
+    Mutation(
+        "codec-ignored",
+        "the decoder honouring a segment's codec (version 3 records read as if stored plain)",
+        "shardlog/format.py",
+        "    if version == VERSION_COMPRESSED:\n",
+        "    if False:\n",
+        CODEC,
+    ),
+    Mutation(
+        "codec-unknown",
+        "refusing a codec the decoder does not implement (zstd's reserved byte read as zlib)",
+        "shardlog/format.py",
+        "    if codec not in CODECS:\n",
+        "    if False:\n",
+        CODEC,
+    ),
+    Mutation(
+        "decompress-bound",
+        "never decompressing past a segment's declared size (a decompression bomb inflated)",
+        "shardlog/format.py",
+        "records = inflater.decompress(data, size + 1)",
+        "records = inflater.decompress(data)",
+        CODEC,
+    ),
+    Mutation(
+        "decompress-limit",
+        "refusing a declared decompressed size past SEGMENT_MAX_READ_BYTES",
+        "shardlog/format.py",
+        "    if size > max_bytes:\n",
+        "    if False:\n",
+        CODEC,
+    ),
+    Mutation(
+        "stored-size-limit",
+        "the segment store refusing an object past its size limit before reading it",
+        "shardlog/segments.py",
+        "if size > self.max_segment_bytes:",
+        "if False:",
+        CODEC,
     ),
 )
 

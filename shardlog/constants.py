@@ -17,6 +17,7 @@ ENV_CONSUMERS_TABLE: Final = "SHARDLOG_CONSUMERS_TABLE"
 ENV_LEASE_DURATION_MS: Final = "SHARDLOG_LEASE_DURATION_MS"
 ENV_SEGMENT_MAX_RECORDS: Final = "SHARDLOG_SEGMENT_MAX_RECORDS"
 ENV_SEGMENT_MAX_BYTES: Final = "SHARDLOG_SEGMENT_MAX_BYTES"
+ENV_SEGMENT_COMPRESSION: Final = "SHARDLOG_SEGMENT_COMPRESSION"
 ENV_ENDPOINT_URL: Final = "AWS_ENDPOINT_URL"  # the standard AWS SDK variable
 ENV_REGION: Final = "AWS_REGION"
 ENV_DEBUG: Final = "SHARDLOG_DEBUG"  # the CLI shows tracebacks (as --debug does)
@@ -212,6 +213,16 @@ DEDUPE_LOOKUP_MAX_LISTS: Final = 32
 DEDUPE_LOOKUP_PARALLEL: Final = 16
 DEFAULT_SEGMENT_MAX_RECORDS: Final = 10_000
 DEFAULT_SEGMENT_MAX_BYTES: Final = 16 * MIB
+# The largest segment a reader accepts, as stored and, for a compressed one, its records once
+# decompressed (docs/FORMAT.md, section 6): a bound on what one GET can make a reader hold,
+# whatever a corrupt or hostile object declares (a decompression bomb). Every segment a writer
+# can write fits: it cuts at most 256 MiB of records (the segmentMaxBytes setting's upper
+# edge), or one record of at most Kinesis' 1 MiB; the rest is the header and one byte per
+# record that the cut does not count (an id length), far under the 1 MiB above that.
+SEGMENT_MAX_READ_BYTES: Final = 257 * MIB
+# The writer's default: compress each segment with zlib when that pays (docs/FORMAT.md,
+# section 10).
+DEFAULT_SEGMENT_COMPRESSION: Final = "zlib"
 
 # --- ingest event source (shared by the stack and the local poller) ---------------
 INGEST_BATCH_SIZE: Final = 1000

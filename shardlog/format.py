@@ -1,9 +1,22 @@
-"""Segment format, versions 1 and 2: the bytes of one S3 object of the log.
+"""Segment format, versions 1 to 3: the bytes of one S3 object of the log.
 
 docs/FORMAT.md is the specification; this module is its reference implementation
 and uses only the standard library, so any Python (or any language) can decode it.
 Version 2 is version 1 with a record id after each record's data (idempotent produce);
 a writer writes version 1 whenever no record of the segment has an id.
+
+Version 3 is a version 1 or 2 segment whose records are stored compressed: the same header,
+then the codec (1 = zlib), the version whose record layout the records have, and their size
+once decompressed; then the compressed records; then the CRC-32 of every stored byte. The
+writer stores a segment compressed only when that saves at least a tenth of its bytes
+(``compress_segment``); otherwise, and with compression off, it writes version 1 or 2 byte
+for byte as before, so what a writer stores uncompressed every older reader still reads.
+
+Invariants a reader relies on: a decoder returns every record of a segment or raises
+SegmentFormatError (a zlib error never escapes); it never holds more than
+``SEGMENT_MAX_READ_BYTES`` of a segment, stored or decompressed, whatever the object
+declares (a decompression bomb is refused, not inflated); and ``encode_segment`` never
+writes a segment that a reader would refuse for its size.
 """
 
 from __future__ import annotations
@@ -12,7 +25,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from shardlog import constants as C
 from shardlog.exceptions import SegmentFormatError
@@ -22,7 +35,24 @@ from shardlog.idempotence import open_envelope
 MAGIC = b"SHLG"
 VERSION = 1
 VERSION_WITH_RECORD_IDS = 2
-VERSIONS = (VERSION, VERSION_WITH_RECORD_IDS)
+VERSION_COMPRESSED = 3
+VERSIONS = (VERSION, VERSION_WITH_RECORD_IDS, VERSION_COMPRESSED)
+RECORD_LAYOUTS = (VERSION, VERSION_WITH_RECORD_IDS)  # what version 3 compresses
+CODEC_ZLIB: Final = 1
+# Codec bytes a decoder knows of, by name; 2 is reserved for zstd (docs/FORMAT.md, section 10
+# says why shardlog does not write it yet). There is no codec 0: an uncompressed segment is
+# version 1 or 2.
+CODECS: Final = {CODEC_ZLIB: "zlib"}
+RESERVED_CODECS: Final = {2: "zstd"}
+# The writer's choices (the segmentCompression setting): "zlib" compresses when it pays.
+Compression = Literal["zlib", "none"]
+COMPRESSIONS: tuple[Compression, ...] = ("zlib", "none")
+# zlib's level: 6 (zlib's default) against 1, measured in bench/codec.py (docs/FORMAT.md,
+# section 10).
+ZLIB_LEVEL: Final = 6
+# Stored compressed only when that saves at least MIN_SAVING_PERCENT of the segment's bytes:
+# under that, readers would pay a decompression for next to nothing.
+MIN_SAVING_PERCENT: Final = 10
 _RECORD_ID_LEN = struct.Struct(">B")
 _HEADER_FIXED = struct.Struct(">4sBBH")  # magic, version, flags, partition id length
 _HEADER_TAIL = struct.Struct(">QIQ")  # first seq, record count, written at (epoch ms)
@@ -30,6 +60,7 @@ _RECORD_SEQ_LEN = struct.Struct(">B")
 _RECORD_FIXED = struct.Struct(">QH")  # arrival (epoch ms), partition key length
 _RECORD_DATA_LEN = struct.Struct(">I")
 _TRAILER = struct.Struct(">I")  # CRC-32 (zlib) of every byte before it
+_CODEC_HEADER = struct.Struct(">BBI")  # version 3: codec, record layout, records' size
 _MAX_SEQ = 2**64 - 1
 
 
@@ -131,8 +162,15 @@ def plan_segments(
 
 
 def encode_segment(
-    partition_id: str, first_seq: int, records: Sequence[IncomingRecord], written_at_ms: int
+    partition_id: str,
+    first_seq: int,
+    records: Sequence[IncomingRecord],
+    written_at_ms: int,
+    *,
+    compression: Compression = "none",
 ) -> bytes:
+    """The segment of ``records``: version 1 or 2, or with ``compression="zlib"`` version 3
+    when compressing saves at least MIN_SAVING_PERCENT of its bytes (``compress_segment``)."""
     if not records:
         raise ValueError("a segment holds at least one record")
     if first_seq < 0 or first_seq + len(records) > _MAX_SEQ:
@@ -163,7 +201,66 @@ def encode_segment(
                 raise ValueError(f"record id {record.record_id!r} is longer than 255 bytes")
             parts += [_RECORD_ID_LEN.pack(len(record_id)), record_id]
     body = b"".join(parts)
+    if len(body) + _TRAILER.size > C.SEGMENT_MAX_READ_BYTES:
+        raise ValueError(
+            f"a segment of {len(body) + _TRAILER.size} bytes is past the "
+            f"{C.SEGMENT_MAX_READ_BYTES} bytes readers accept (SEGMENT_MAX_READ_BYTES)"
+        )
+    plain = body + _TRAILER.pack(zlib.crc32(body))
+    if compression == "none":
+        return plain
+    if compression != "zlib":
+        raise ValueError(f"compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
+    return compress_segment(plain)
+
+
+def compress_segment(plain: bytes, level: int = ZLIB_LEVEL) -> bytes:
+    """A version 1 or 2 segment as version 3 (its records compressed with zlib) when that
+    saves at least MIN_SAVING_PERCENT of its bytes; else ``plain`` itself, unchanged."""
+    version = plain[4]
+    if plain[:4] != MAGIC or version not in RECORD_LAYOUTS:
+        raise ValueError(f"only a version 1 or 2 segment is compressed, not version {version}")
+    header_end = _HEADER_FIXED.size + _HEADER_FIXED.unpack_from(plain)[3] + _HEADER_TAIL.size
+    records = memoryview(plain)[header_end : len(plain) - _TRAILER.size]
+    compressed = zlib.compress(records, level)
+    stored = header_end + _CODEC_HEADER.size + len(compressed) + _TRAILER.size
+    if not pays(stored, len(plain)):
+        return plain
+    body = b"".join(
+        [
+            plain[:4],
+            bytes([VERSION_COMPRESSED]),
+            plain[5:header_end],
+            _CODEC_HEADER.pack(CODEC_ZLIB, version, len(records)),
+            compressed,
+        ]
+    )
     return body + _TRAILER.pack(zlib.crc32(body))
+
+
+def pays(stored: int, raw: int) -> bool:
+    """Compressing ``raw`` bytes into ``stored`` saves at least MIN_SAVING_PERCENT of them."""
+    return 100 * stored <= (100 - MIN_SAVING_PERCENT) * raw
+
+
+def compression_ratio(
+    records: Sequence[IncomingRecord],
+    compression: Compression = C.DEFAULT_SEGMENT_COMPRESSION,
+    *,
+    segment_records: int = C.INGEST_BATCH_SIZE,
+) -> float:
+    """Bytes stored per byte of uncompressed segment for a sample of a workload's records,
+    cut into segments of ``segment_records`` (ingest writes a batch as one segment, so the
+    batch size) and each stored as the writer would (1.0 when compressing never pays): what
+    the log of such records costs in S3 (e.g. bench/cost.py's storage)."""
+    if not records:
+        raise ValueError("a compression ratio needs at least one record")
+    raw = stored = 0
+    for chunk in plan_segments(records, segment_records, C.DEFAULT_SEGMENT_MAX_BYTES):
+        plain = encode_segment("shardId-000000000000", 0, chunk, 0)
+        raw += len(plain)
+        stored += len(compress_segment(plain)) if compression == "zlib" else len(plain)
+    return stored / raw
 
 
 class _Cursor:
@@ -185,6 +282,10 @@ class _Cursor:
     def unpack(self, fmt: struct.Struct, what: str) -> tuple[int, ...]:
         return fmt.unpack(self.take(fmt.size, what))
 
+    def rest(self) -> memoryview:
+        """Every byte left before ``end``."""
+        return self.take(self.end - self.pos, "the rest")
+
 
 def _text(raw: memoryview, encoding: str, what: str) -> str:
     try:
@@ -193,11 +294,16 @@ def _text(raw: memoryview, encoding: str, what: str) -> str:
         raise SegmentFormatError(f"{what} is not valid {encoding}: {exc.reason}") from None
 
 
-def decode_segment(blob: bytes) -> Segment:
-    """Decode and verify one segment. Raises SegmentFormatError on any defect."""
+def decode_segment(blob: bytes, *, max_bytes: int = C.SEGMENT_MAX_READ_BYTES) -> Segment:
+    """Decode and verify one segment. Raises SegmentFormatError on any defect, and for a
+    segment that takes more than ``max_bytes``, stored or decompressed."""
     minimum = _HEADER_FIXED.size + _HEADER_TAIL.size + _TRAILER.size
     if len(blob) < minimum:
         raise SegmentFormatError(f"segment truncated: {len(blob)} bytes, at least {minimum}")
+    if len(blob) > max_bytes:
+        raise SegmentFormatError(
+            f"segment of {len(blob)} bytes refused: a segment takes at most {max_bytes} bytes"
+        )
     if blob[:4] != MAGIC:
         raise SegmentFormatError(f"not a shardlog segment: magic {bytes(blob[:4])!r}")
     body_end = len(blob) - _TRAILER.size
@@ -220,6 +326,61 @@ def decode_segment(blob: bytes) -> Segment:
     first_seq, count, written_at_ms = cursor.unpack(_HEADER_TAIL, "header")
     if count == 0:
         raise SegmentFormatError("segment declares zero records")
+    layout = version
+    if version == VERSION_COMPRESSED:
+        codec, layout, size = cursor.unpack(_CODEC_HEADER, "header")
+        if layout not in RECORD_LAYOUTS:
+            raise SegmentFormatError(f"unsupported record layout {layout} in a version 3 segment")
+        records = _decompress(codec, cursor.rest(), size, max_bytes)
+        cursor = _Cursor(records, len(records))
+    decoded = tuple(_records(cursor, layout, partition_id, first_seq, count))
+    if cursor.pos != cursor.end:
+        left = cursor.end - cursor.pos
+        raise SegmentFormatError(f"{left} unexpected bytes after the last record")
+    return Segment(partition_id, first_seq, written_at_ms, decoded)
+
+
+def _decompress(codec: int, data: memoryview, size: int, max_bytes: int) -> bytes:
+    """A version 3 segment's records: exactly the ``size`` bytes its header declares, never
+    more than ``max_bytes`` held (a decompression bomb stops at its first byte past them)."""
+    if codec not in CODECS:
+        reserved = f" ({RESERVED_CODECS[codec]}, reserved)" if codec in RESERVED_CODECS else ""
+        known = ", ".join(f"{byte} ({name})" for byte, name in CODECS.items())
+        raise SegmentFormatError(
+            f"unsupported segment codec {codec}{reserved} (this reads {known})"
+        )
+    if size > max_bytes:
+        raise SegmentFormatError(
+            f"segment records declare {size} bytes decompressed, past the limit of {max_bytes}"
+        )
+    inflater = zlib.decompressobj()
+    try:
+        # At most size + 1 bytes out, whatever the stream holds (0 would mean no limit).
+        records = inflater.decompress(data, size + 1)
+    except zlib.error as exc:
+        raise SegmentFormatError(f"segment records do not decompress: {exc}") from exc
+    if len(records) > size:
+        raise SegmentFormatError(
+            f"segment records decompress past the {size} bytes their header declares "
+            "(a decompression bomb or a corrupt header)"
+        )
+    if not inflater.eof:
+        raise SegmentFormatError("segment records truncated: the zlib stream does not end")
+    if inflater.unused_data:
+        raise SegmentFormatError(
+            f"{len(inflater.unused_data)} unexpected bytes after the compressed records"
+        )
+    if len(records) != size:
+        raise SegmentFormatError(
+            f"segment records decompress to {len(records)} bytes, their header declares {size}"
+        )
+    return records
+
+
+def _records(
+    cursor: _Cursor, layout: int, partition_id: str, first_seq: int, count: int
+) -> list[LogRecord]:
+    """``count`` records of ``layout`` (version 1 or 2) from ``cursor``."""
     records = []
     for index in range(count):
         (seq_len,) = cursor.unpack(_RECORD_SEQ_LEN, f"record {index}")
@@ -233,13 +394,11 @@ def decode_segment(blob: bytes) -> Segment:
         (data_len,) = cursor.unpack(_RECORD_DATA_LEN, f"record {index}")
         data = bytes(cursor.take(data_len, f"record {index} data"))
         record_id = None
-        if version == VERSION_WITH_RECORD_IDS:
+        if layout == VERSION_WITH_RECORD_IDS:
             (id_len,) = cursor.unpack(_RECORD_ID_LEN, f"record {index}")
             what = f"record {index} record id"
             record_id = _text(cursor.take(id_len, what), "ascii", what) or None
         records.append(
             LogRecord(partition_id, first_seq + index, key, data, kseq, arrival_ms, record_id)
         )
-    if cursor.pos != body_end:
-        raise SegmentFormatError(f"{body_end - cursor.pos} unexpected bytes after the last record")
-    return Segment(partition_id, first_seq, written_at_ms, tuple(records))
+    return records

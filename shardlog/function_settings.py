@@ -35,6 +35,7 @@ from shardlog.settings import (
     DedupeWindowS,
     LeaseDurationMs,
     NameInValueError,
+    SegmentCompression,
     SegmentMaxBytes,
     SegmentMaxRecords,
     StreamName,
@@ -144,6 +145,7 @@ class IngestSettings(FunctionSettings):
         "segment_max_records": C.ENV_SEGMENT_MAX_RECORDS,
         "segment_max_bytes": C.ENV_SEGMENT_MAX_BYTES,
         "dedupe_window_s": C.ENV_DEDUPE_WINDOW_S,
+        "segment_compression": C.ENV_SEGMENT_COMPRESSION,
     }
 
     bucket: BucketName
@@ -152,6 +154,7 @@ class IngestSettings(FunctionSettings):
     segment_max_records: SegmentMaxRecords = C.DEFAULT_SEGMENT_MAX_RECORDS
     segment_max_bytes: SegmentMaxBytes = C.DEFAULT_SEGMENT_MAX_BYTES
     dedupe_window_s: DedupeWindowS = C.DEFAULT_DEDUPE_WINDOW_S
+    segment_compression: SegmentCompression = C.DEFAULT_SEGMENT_COMPRESSION
 
     def writer_settings(self) -> WriterSettings:
         return WriterSettings(
@@ -161,6 +164,7 @@ class IngestSettings(FunctionSettings):
             segment_max_records=self.segment_max_records,
             segment_max_bytes=self.segment_max_bytes,
             dedupe_window_ms=self.dedupe_window_s * 1000,
+            segment_compression=self.segment_compression,
         )
 
 

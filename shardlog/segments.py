@@ -5,8 +5,10 @@ Every reader and writer of the log goes through it, so the layout lives in one p
 - **keys**: ``events/<partition id>/<seq>``, ``<seq>`` zero-padded to 20 digits, so keys
   sort in log order and ``ListObjectsV2(StartAfter=...)`` resumes anywhere;
 - **listing**: the first seqs of a partition's segment objects, in log order, from any seq;
-- **fetch**: GetObject + ``decode_segment`` + the check that the object is the segment
-  its key names (partition and first seq);
+- **fetch**: GetObject + ``decode_segment`` (any version, compressed or not) + the check
+  that the object is the segment its key names (partition and first seq). An object larger
+  than a segment may be (``SEGMENT_MAX_READ_BYTES``) is refused before its body is read,
+  and a compressed one is never decompressed past that either;
 - **density**: below the committed head (``nextSequenceNumber``, read by the caller from
   the partitions table) the segments must follow each other without a gap; a missing or
   misplaced segment raises CorruptLogError, it is never skipped. Objects at or past the
@@ -170,9 +172,16 @@ def _next_span(span: int, found: int) -> int:
 class SegmentStore:
     """The segments of one bucket. Thread-safe: boto3 clients may be shared by threads."""
 
-    def __init__(self, clients: Clients, bucket: str = C.DEFAULT_BUCKET_NAME) -> None:
+    def __init__(
+        self,
+        clients: Clients,
+        bucket: str = C.DEFAULT_BUCKET_NAME,
+        *,
+        max_segment_bytes: int = C.SEGMENT_MAX_READ_BYTES,
+    ) -> None:
         self.clients = clients
         self.bucket = bucket
+        self.max_segment_bytes = max_segment_bytes  # stored or decompressed
 
     # --- single objects ---------------------------------------------------------------
     def create(self, partition_id: str, seq: int, body: bytes) -> bool:
@@ -194,8 +203,15 @@ class SegmentStore:
     def fetch(self, partition_id: str, seq: int) -> Segment:
         """The segment whose key names ``seq``, decoded and checked to be that segment."""
         key = segment_key(partition_id, seq)
-        body = self.clients.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        segment = decode_segment(body)
+        response = self.clients.s3.get_object(Bucket=self.bucket, Key=key)
+        size = int(response["ContentLength"])
+        if size > self.max_segment_bytes:
+            response["Body"].close()
+            raise SegmentFormatError(
+                f"{key} is {size} bytes, past the {self.max_segment_bytes} bytes a segment may "
+                "take (docs/FORMAT.md, section 3.4): refused unread"
+            )
+        segment = decode_segment(response["Body"].read(), max_bytes=self.max_segment_bytes)
         if segment.partition_id != partition_id or segment.first_seq != seq:
             raise CorruptLogError(
                 f"{key} holds {segment.partition_id}/{segment.first_seq}, not {partition_id}/{seq}"

@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from shardlog import constants as C
+from shardlog.format import Compression
 from shardlog.tables import TableNames
 
 # --- ingest -----------------------------------------------------------------------------
@@ -33,6 +34,10 @@ SegmentMaxRecords = Annotated[int, Field(ge=SEGMENT_MAX_RECORDS_MIN, le=SEGMENT_
 SEGMENT_MAX_BYTES_MIN: Final = 1024
 SEGMENT_MAX_BYTES_MAX: Final = 256 * C.MIB
 SegmentMaxBytes = Annotated[int, Field(ge=SEGMENT_MAX_BYTES_MIN, le=SEGMENT_MAX_BYTES_MAX)]
+
+# How the writer stores segments (docs/FORMAT.md, section 10): "zlib" compresses each one
+# when that saves a tenth of it, "none" writes versions 1 and 2 only.
+SegmentCompression = Compression
 
 # Idempotent produce: how far back (by arrival) a resent record's id is looked up. At least
 # a minute (a client's retry of an unknown outcome), at most a day (the look-up reads the

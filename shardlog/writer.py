@@ -54,7 +54,7 @@ from shardlog.clock import Clock, SystemClock
 from shardlog.dal.partitions import HeadCommit, PartitionsTable
 from shardlog.dedupe import DedupeLookup, Lineage, LookupLimits
 from shardlog.exceptions import CommitConflictError, CorruptLogError, LeaseLostError
-from shardlog.format import IncomingRecord, Segment, encode_segment, plan_segments
+from shardlog.format import Compression, IncomingRecord, Segment, encode_segment, plan_segments
 from shardlog.lease import LeaseManager
 from shardlog.partitions import PartitionState, lineage_known, reaches_end
 from shardlog.segments import SegmentStore, segment_key
@@ -79,6 +79,9 @@ class WriterSettings:
     lease_duration_ms: int = C.DEFAULT_LEASE_DURATION_MS
     segment_max_records: int = C.DEFAULT_SEGMENT_MAX_RECORDS
     segment_max_bytes: int = C.DEFAULT_SEGMENT_MAX_BYTES
+    # "zlib": each segment stored compressed when that saves a tenth of it (docs/FORMAT.md,
+    # section 10); only the bytes of the objects change, never the protocol.
+    segment_compression: Compression = C.DEFAULT_SEGMENT_COMPRESSION
     dedupe_window_ms: int = C.DEFAULT_DEDUPE_WINDOW_S * 1000
     dedupe_limits: LookupLimits = field(default_factory=LookupLimits)
     # The Kinesis stream (name or ARN) of the batches, when ``append`` is not told: the
@@ -219,7 +222,13 @@ class LogWriter:
         planned = deque(self._plan(pending))
         while planned:
             chunk = planned.popleft()
-            body = encode_segment(partition_id, batch.new_head, chunk, self.clock.now_ms())
+            body = encode_segment(
+                partition_id,
+                batch.new_head,
+                chunk,
+                self.clock.now_ms(),
+                compression=self.settings.segment_compression,
+            )
             if self.store.create(partition_id, batch.new_head, body):
                 batch.written += 1
                 batch.added_bytes += len(body)

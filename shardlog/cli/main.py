@@ -21,6 +21,7 @@ from shardlog.cli.consume import consume, echo_group_status
 from shardlog.cli.errors import DEBUG_OPTION, ShardlogGroup
 from shardlog.config import ShardlogConfig
 from shardlog.exceptions import PortInUseError, ShardlogError, ValidationError
+from shardlog.format import Compression
 from shardlog.local import ports
 from shardlog.outcomes import Outcome, PutResult
 from shardlog.producer import Producer
@@ -172,6 +173,14 @@ def local() -> None:
     help="Stop by itself after this long (default: until interrupted).",
 )
 @click.option(
+    "--segment-compression",
+    default=C.DEFAULT_SEGMENT_COMPRESSION,
+    show_default=True,
+    callback=lambda _ctx, param, value: _setting(param, "SegmentCompression", value),
+    help="How ingest stores segments: zlib (each one compressed when that saves a tenth of "
+    "it) or none (shardlog:segmentCompression; docs/FORMAT.md, section 10).",
+)
+@click.option(
     "--lambda-consumer",
     "lambda_consumers",
     multiple=True,
@@ -197,6 +206,7 @@ def local_up(
     shards: int,
     api_port: int,
     max_seconds: float | None,
+    segment_compression: Compression,
     lambda_consumers: list[Any],
     console_port: int,
 ) -> None:
@@ -219,6 +229,7 @@ def local_up(
         state_file=state_file,
         api_port=api_port,
         lambda_consumers=lambda_consumers,
+        segment_compression=segment_compression,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -270,6 +281,17 @@ def _ports_named() -> Iterator[None]:
         raise ShardlogError(
             f"{exc}: stop what holds it or choose another with {option} (0: any free port)"
         ) from exc
+
+
+def _setting(param: click.Parameter, setting: str, value: Any) -> Any:
+    """``value`` checked with the deployed stack's schema (shardlog/settings.py), so
+    `local up` accepts exactly what `cdk deploy` accepts."""
+    from shardlog import settings as S
+
+    try:
+        return S.parse_setting(getattr(S, setting), value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param=param) from None
 
 
 def _lambda_groups(specs: tuple[str, ...]) -> list[Any]:

@@ -13,6 +13,7 @@ from shardlog import constants as C
 from shardlog.aws import Clients, RequestCounter
 from shardlog.clock import Clock, SystemClock
 from shardlog.config import ShardlogConfig
+from shardlog.format import Compression
 from shardlog.lake.settings import LakeSettings
 from shardlog.local import principals
 from shardlog.local.checkout import require_checkout
@@ -35,6 +36,7 @@ class LocalRuntime:
         event_source: EventSourceSettings | None = None,
         segment_max_records: int = C.DEFAULT_SEGMENT_MAX_RECORDS,
         segment_max_bytes: int = C.DEFAULT_SEGMENT_MAX_BYTES,
+        segment_compression: Compression = C.DEFAULT_SEGMENT_COMPRESSION,
         lease_duration_ms: int = C.DEFAULT_LEASE_DURATION_MS,
         clock: Clock | None = None,
         state_file: str | Path | None = None,
@@ -51,6 +53,7 @@ class LocalRuntime:
         self.event_source = event_source or EventSourceSettings()
         self.segment_max_records = segment_max_records
         self.segment_max_bytes = segment_max_bytes
+        self.segment_compression = segment_compression
         self.lease_duration_ms = lease_duration_ms
         self.clock = clock or SystemClock()
         self.state_file = state_file
@@ -135,6 +138,7 @@ class LocalRuntime:
             lease_duration_ms=self.lease_duration_ms,
             segment_max_records=self.segment_max_records,
             segment_max_bytes=self.segment_max_bytes,
+            segment_compression=self.segment_compression,
         )
         # The handler has clients of its own (not the poller's), so its requests are counted apart.
         self.ingest_requests.attach(ingest_clients)

@@ -107,7 +107,9 @@ def test_handlers_get_settings_through_the_shared_env_names(synth: Synthesized) 
         C.ENV_SEGMENT_MAX_RECORDS,
         C.ENV_SEGMENT_MAX_BYTES,
         C.ENV_DEDUPE_WINDOW_S,
+        C.ENV_SEGMENT_COMPRESSION,
     } <= set(ingest_env)
+    assert ingest_env[C.ENV_SEGMENT_COMPRESSION] == C.DEFAULT_SEGMENT_COMPRESSION == "zlib"
     assert ingest_env[C.ENV_LEASE_DURATION_MS] == str(C.DEFAULT_LEASE_DURATION_MS)
     assert ingest_env[C.ENV_SEGMENT_MAX_RECORDS] == str(C.DEFAULT_SEGMENT_MAX_RECORDS)
     assert ingest_env[C.ENV_SEGMENT_MAX_BYTES] == str(C.DEFAULT_SEGMENT_MAX_BYTES)

@@ -101,6 +101,7 @@ SHARED = [
         TRIGGER_ENV,
         C.ENV_COMPACTION_MAX_RECORDS,
     ),
+    (IC.CTX_SEGMENT_COMPRESSION, _stack, IngestSettings, INGEST_ENV, C.ENV_SEGMENT_COMPRESSION),
 ]
 BAD_VALUES = {
     IC.CTX_LEASE_DURATION_MS: ["999", "3600001"],
@@ -111,6 +112,7 @@ BAD_VALUES = {
     IC.CTX_CONSUMERS_TABLE: ["ab"],
     IC.CTX_STREAM_NAME: ["a b", "s" * 129],
     IC.CTX_COMPACTION_MAX_RECORDS: ["999", "1000000001"],
+    IC.CTX_SEGMENT_COMPRESSION: ["zstd", "ZLIB", "gzip"],
 }
 
 
@@ -137,6 +139,8 @@ def test_stack_and_handler_refuse_the_same_value(
         (*SHARED[4], "abc"),
         (*SHARED[6], "s" * 128),
         (*SHARED[7], "1000"),
+        (*SHARED[8], "none"),
+        (*SHARED[8], "zlib"),
     ],
 )
 def test_stack_and_handler_accept_the_same_edge(
@@ -152,3 +156,14 @@ def test_the_cross_setting_rule_stays_in_infra() -> None:
     IngestSettings.from_env({**INGEST_ENV, C.ENV_LEASE_DURATION_MS: short})
     with pytest.raises(SettingsError, match="twice the ingest timeout"):
         _stack(IC.CTX_LEASE_DURATION_MS, short)
+
+
+def test_segment_compression_is_zlib_or_none() -> None:
+    """The one list of codecs a writer may be given: each value named in the refusal."""
+    assert S.parse_setting(S.SegmentCompression, "zlib") == "zlib"
+    assert S.parse_setting(S.SegmentCompression, "none") == "none"
+    for bad in ("zstd", "", "Zlib", 1):
+        with pytest.raises(ValueError, match="Input should be 'zlib' or 'none'"):
+            S.parse_setting(S.SegmentCompression, bad)
+    assert IngestSettings.from_env(INGEST_ENV).writer_settings().segment_compression == "zlib"
+    assert StackSettings().segment_compression == "zlib"
