@@ -265,13 +265,45 @@ def test_groups_come_from_context_in_camel_case(tmp_path: Path) -> None:
     assert (group.group, group.function_name, group.batching_window_ms) == ("g", "f", 500)
 
 
+def test_filter_criteria_come_from_context_as_lambda_writes_them(tmp_path: Path) -> None:
+    pattern = json.dumps({"data": {"type": ["buy"]}})
+    [group] = _settings(
+        tmp_path,
+        [
+            {
+                "group": "g",
+                "functionName": "f",
+                "filterCriteria": {"Filters": [{"Pattern": pattern}]},
+            }
+        ],
+    ).lambda_consumers
+    assert [p.pattern for p in group.filter_criteria] == ['{"data":{"type":["buy"]}}']
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
         ("not json", "is not JSON"),
         ({"group": "g"}, "must be a list"),
         (["g"], "is not an object"),
-        ([{"group": "g", "functionName": "f", "batchSize": 10_001}], "batch_size"),
+        ([{"group": "g", "functionName": "f", "batchSize": 10_001}], "group 'g': batchSize: "),
+        (
+            [
+                {
+                    "group": "g",
+                    "functionName": "f",
+                    "filterCriteria": [
+                        {"pattern": {"partitionKey": ["a"]}},
+                        {"pattern": {"data": {"amount": [{"numeric": [">", "ten"]}]}}},
+                    ],
+                }
+            ],
+            "group 'g': filterCriteria[1].pattern.data.amount[0].numeric: must be a number",
+        ),
+        (
+            [{"group": "g", "functionName": "f", "filterCriteria": [{"pattern": "{}"}] * 6}],
+            "filterCriteria: 6 filters: at most 5",
+        ),
         ([{"group": "$ingest", "functionName": "f"}], "group '$ingest'"),
         (
             [{"group": "g", "functionName": "f"}, {"group": "g", "functionName": "h"}],
