@@ -11,6 +11,11 @@ import pytest
 from aws_cdk import App
 
 from infra import constants as IC
+from infra.lambda_consumers import (
+    LAMBDA_ENVIRONMENT_BYTES,
+    RUNNER_ENVIRONMENT_RESERVE_BYTES,
+    check_runner_environment,
+)
 from infra.settings import SettingsError, StackSettings
 from shardlog import constants as C
 from shardlog.lambda_consumer.settings import (
@@ -321,3 +326,12 @@ def test_a_group_is_workers_or_a_lambda_function_not_both(tmp_path: Path) -> Non
         _settings(
             tmp_path, [{"group": "g", "functionName": "f"}], **{IC.CTX_CONSUMER_GROUPS: ["g"]}
         )
+
+
+def test_filters_past_the_runners_environment_fail_synth_not_the_deploy() -> None:
+    room = LAMBDA_ENVIRONMENT_BYTES - RUNNER_ENVIRONMENT_RESERVE_BYTES
+    check_runner_environment("g", "x" * room, "[]")
+    with pytest.raises(SettingsError, match=r"group 'g': filterCriteria \(2 bytes as JSON\)"):
+        check_runner_environment("g", "x" * (room + 1), "[]")
+    with pytest.raises(SettingsError, match="4097 of the 4096 bytes"):
+        check_runner_environment("g", "é" * (room // 2) + "x", "[]")  # bytes, not characters
