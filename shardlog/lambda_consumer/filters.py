@@ -27,9 +27,10 @@ below it) or a non-empty list of rules, any of which may match (OR):
   (``<``, ``<=``): JSON numbers only, n within +-5e9 (EventBridge's range);
 - ``{"exists": true | false}``: present as a leaf (not an object) or not.
 
-``"$or": [pattern, ...]`` beside fields: at least one of the patterns must match too.
-A record field holding a list matches a rule list when any element does, and an object
-pattern when any element object matches it whole (EventBridge's array consistency).
+``"$or": [pattern, pattern, ...]`` beside fields: at least one of the patterns must match
+too. A record field holding a list (lists inside it flattened) matches a rule list when
+any element does, and an object pattern when any element object matches it whole
+(EventBridge's array consistency).
 
 Limits are checked when the settings are built (synth, the runner's cold start, ``shardlog
 local up``): ``MAX_FILTERS``, ``MAX_PATTERN_CHARS`` per filter, ``MAX_DEPTH`` nested
@@ -92,8 +93,24 @@ class RuleList:
             return True
         if not is_leaf:
             return False
-        values = value if isinstance(value, list) else [value]
-        return any(rule(v) for v in values for rule in self.rules)
+        return any(rule(v) for v in _elements(value) for rule in self.rules)
+
+
+def _elements(value: Any) -> list[Any]:
+    """A value's elements, lists inside lists flattened (EventBridge crushes arrays out)."""
+    if not isinstance(value, list):
+        return [value]
+    out: list[Any] = []
+    stack = [iter(value)]
+    while stack:  # no recursion: record data may nest lists deeply
+        item = next(stack[-1], _MISSING)
+        if item is _MISSING:
+            stack.pop()
+        elif isinstance(item, list):
+            stack.append(iter(item))
+        else:
+            out.append(item)
+    return out
 
 
 @dataclass(frozen=True)
@@ -105,7 +122,7 @@ class ObjectPattern:
 
     def matches(self, value: Any) -> bool:
         if isinstance(value, list):  # any element object, matched whole
-            return any(self.matches(v) for v in value if isinstance(v, dict))
+            return any(self.matches(v) for v in _elements(value) if isinstance(v, dict))
         fields = value if isinstance(value, dict) else {}  # absent: only "exists": false
         return all(p.matches(fields.get(k, _MISSING)) for k, p in self.fields) and all(
             any(p.matches(value) for p in group) for group in self.alternatives
@@ -273,8 +290,10 @@ def _object(raw: dict[str, Any], where: str, *, depth: int, top: bool = False) -
 
 
 def _alternatives(value: Any, where: str, depth: int, *, top: bool) -> tuple[ObjectPattern, ...]:
-    if not isinstance(value, list) or not value:
-        raise ValidationError(where, "must be a non-empty list of patterns")
+    if not isinstance(value, list) or len(value) < 2:
+        raise ValidationError(  # with fewer, EventBridge reads a field named "$or"
+            where, "must be a list of at least 2 patterns (one of them must match)"
+        )
     patterns = []
     for i, item in enumerate(value):
         if not isinstance(item, dict) or not item:

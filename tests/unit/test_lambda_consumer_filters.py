@@ -16,6 +16,7 @@ from shardlog.lambda_consumer.filters import (
     MAX_PATTERN_CHARS,
     BatchFilter,
     FilterCriteria,
+    RuleList,
     parse_criteria,
 )
 
@@ -134,6 +135,12 @@ def test_all_fields_must_match_and_or_needs_one() -> None:
 def test_list_values_match_when_an_element_does() -> None:
     assert keeps({"data": {"order": {"tags": ["b"]}}}, ORDER)
     assert not keeps({"data": {"order": {"tags": ["c"]}}}, ORDER)
+    assert keeps({"data": {"grid": [3]}}, {"grid": [[1, 2], [[3]]]})  # lists in lists
+    assert keeps({"data": {"rows": {"n": [4]}}}, {"rows": [[{"n": 1}], [{"n": 4}]]})
+    deep: Any = 1
+    for _ in range(5_000):  # deeper than Python's recursion: flattened without recursing
+        deep = [deep]
+    assert RuleList(rules=(lambda v: v == 1,)).matches(deep)
     items = {"items": [{"sku": "x", "n": 1}, {"sku": "y", "n": 2}]}
     assert keeps({"data": {"items": {"sku": ["y"], "n": [2]}}}, items)
     # Both fields from one element: not x's sku with y's count.
@@ -232,7 +239,7 @@ def test_nesting_at_and_past_the_limit() -> None:
     # $or branches count as levels too, so no pattern recurses without bound
     deep_or: dict[str, Any] = {"partitionKey": ["x"]}
     for _ in range(MAX_DEPTH):
-        deep_or = {"$or": [deep_or]}
+        deep_or = {"$or": [deep_or, {"partitionKey": ["y"]}]}
     assert refused([{"pattern": deep_or}]).limit == MAX_DEPTH
     # JSON text nested past what the parser takes: refused, not a crash
     assert "nested deeper" in refused_pattern('{"data":' + "[" * 2000 + "]" * 2000 + "}")
@@ -262,7 +269,12 @@ def test_equality_takes_numbers_of_any_size() -> None:
         ('["a"]', "filterCriteria[0].pattern", "non-empty JSON object"),
         ({}, "filterCriteria[0].pattern", "non-empty JSON object"),
         ({"eventSource": ["aws:kinesis"]}, "filterCriteria[0].pattern.eventSource", "not a key"),
-        ({"$or": [{"shard": ["x"]}]}, "filterCriteria[0].pattern.$or[0].shard", "not a key"),
+        (
+            {"$or": [{"partitionKey": ["x"]}, {"shard": ["x"]}]},
+            "filterCriteria[0].pattern.$or[1].shard",
+            "not a key",
+        ),
+        ({"$or": [{"partitionKey": ["x"]}]}, "filterCriteria[0].pattern.$or", "at least 2"),
         ({"partitionKey": {"a": ["x"]}}, "filterCriteria[0].pattern.partitionKey", "list of"),
         ({"data": {"amount": 5}}, "filterCriteria[0].pattern.data.amount", "list of rules"),
         ({"data": {"amount": []}}, "filterCriteria[0].pattern.data.amount", "empty list"),
@@ -328,8 +340,13 @@ def test_equality_takes_numbers_of_any_size() -> None:
             "filterCriteria[0].pattern.data.amount[0].numeric",
             "must be",
         ),
-        ({"data": {"$or": []}}, "filterCriteria[0].pattern.data.$or", "non-empty list"),
-        ({"data": {"$or": [{}]}}, "filterCriteria[0].pattern.data.$or[0]", "non-empty object"),
+        ({"data": {"$or": []}}, "filterCriteria[0].pattern.data.$or", "at least 2"),
+        ({"data": {"$or": {"a": ["x"]}}}, "filterCriteria[0].pattern.data.$or", "at least 2"),
+        (
+            {"data": {"$or": [{"a": ["x"]}, {}]}},
+            "filterCriteria[0].pattern.data.$or[1]",
+            "non-empty object",
+        ),
         ({"data": {"a": [float("nan")]}}, "filterCriteria[0].pattern", "not JSON"),
     ],
 )
