@@ -37,10 +37,10 @@ P = "shardId-000000000000"
 BUY = [{"pattern": {"data": {"type": ["buy"]}}}]
 
 
-def orders(*types: str | None, keys: tuple[str, ...] = ()) -> list[IncomingRecord]:
+def orders(*types: str | None, keys: tuple[str, ...] = (), start: int = 0) -> list[IncomingRecord]:
     """One record per type: data ``{"type": t, "amount": i}`` (None: data that is not JSON);
-    partition keys from ``keys`` when given."""
-    records = incoming_records(len(types), start=0)
+    partition keys from ``keys`` when given; Kinesis numbering from ``start``."""
+    records = incoming_records(len(types), start=start)
     return [
         r._replace(
             data=b"raw \xff bytes" if t is None else json.dumps({"type": t, "amount": i}).encode(),
@@ -96,7 +96,15 @@ def test_a_batch_of_only_filtered_out_records_invokes_nothing_and_is_one_checkpo
     )
     assert (report.delivered, report.invocations, checkpoint(aws, "filtered")) == (0, 0, "4")
     assert run(everything).delivered == 4
-    # The same requests as a delivered batch: its checkpoint is one fenced UpdateItem.
+    # The same requests as a delivered batch ...
+    assert requests["filtered"].snapshot() == requests["everything"].snapshot()
+    # ... and, for a group under way, one fenced UpdateItem between its take and release.
+    append(aws, P, orders("sell", "sell", "sell", "sell", start=4))
+    for counter in requests.values():
+        counter.reset()
+    again = run(runner, "r2")
+    assert (again.filtered_out, again.invocations, checkpoint(aws, "filtered")) == (4, 0, "8")
+    assert run(everything, "r2").delivered == 4
     assert requests["filtered"].snapshot() == requests["everything"].snapshot()
     assert (
         requests["filtered"].by_operation["dynamodb.UpdateItem"] == 3
