@@ -206,7 +206,22 @@ class PipelineDashboard:
                     ),
                 ]
             )
+            rows.append([self._event_counts(group)])
         return rows
+
+    @staticmethod
+    def _event_counts(group: str) -> cw.IWidget:
+        """The group's records as Lambda's event source mapping counts them (MetricsConfig
+        EventCount): through the checkpoint, filtered out, dropped."""
+        return cw.GraphWidget(
+            title=f"Lambda consumer {group}: events (EventCount, filtered out, dropped)",
+            left=[
+                group_metric(C.METRIC_EVENT_COUNT, group),
+                group_metric(C.METRIC_FILTERED_OUT_EVENT_COUNT, group),
+                group_metric(C.METRIC_DROPPED_EVENT_COUNT, group),
+            ],
+            width=24,
+        )
 
     def _spark_row(self) -> list[cw.IWidget]:
         analytics = self.analytics

@@ -39,6 +39,7 @@ from constructs import Construct
 
 from infra import constants as IC
 from infra.functions import FunctionSpec, ShardlogFunction
+from infra.settings import SettingsError
 from infra.storage import Storage, failure_queue, name_in_key_policy, own_items
 from shardlog import constants as C
 from shardlog.function_settings import RegistrationSettings, WakerSettings
@@ -76,6 +77,25 @@ WAKE_QUEUE_ACTIONS = [
     "sqs:GetQueueAttributes",
     "sqs:SendMessage",
 ]
+# Lambda's limit on a function's environment: every variable, names and values, 4 KB.
+LAMBDA_ENVIRONMENT_BYTES = 4_096
+# What the runner's environment holds beside its settings document as synthesized: the
+# deploy-time names in place of the placeholders (bucket, tables, queue URL, stream ARN,
+# region; about 450 bytes at their usual length) and the other variables, with room to spare.
+RUNNER_ENVIRONMENT_RESERVE_BYTES = 1_024
+
+
+def check_runner_environment(group: str, document: str, filters: str) -> None:
+    """Refuse at synth a group whose settings would not fit the runner's environment (a
+    deploy would fail): in practice, filter patterns past about 2,300 bytes in all."""
+    size = len(document.encode()) + RUNNER_ENVIRONMENT_RESERVE_BYTES
+    if size > LAMBDA_ENVIRONMENT_BYTES:
+        raise SettingsError(
+            f"Lambda consumer group {group!r}: filterCriteria ({len(filters.encode())} bytes "
+            f"as JSON) do not fit the runner's environment: its settings would take {size} of "
+            f"the {LAMBDA_ENVIRONMENT_BYTES} bytes Lambda allows a function's environment "
+            "variables; shorten the patterns or merge them"
+        )
 
 
 @dataclass(frozen=True)
@@ -157,7 +177,10 @@ class LambdaConsumerGroup(Construct):
         )
         # The document with the deploy-time names (tokens) in place of the placeholders: the
         # model validated everything else at synth.
-        document = json.loads(settings.model_dump_json())
+        raw = settings.model_dump_json()
+        filters = json.dumps(self.settings.model_dump(mode="json")["filter_criteria"])
+        check_runner_environment(self.group, raw, filters)
+        document = json.loads(raw)
         document.update(
             bucket=storage.bucket.bucket_name,
             tables=asdict(storage.tables),

@@ -22,7 +22,7 @@ from infra.assets import REPO_ROOT
 from shardlog import constants as C
 from shardlog import settings as S
 from shardlog.consumer.settings import validate_group
-from shardlog.exceptions import ValidationError
+from shardlog.exceptions import ConfigurationError, ValidationError
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings
 
 # The retention periods CloudWatch Logs accepts (PutRetentionPolicy).
@@ -270,21 +270,14 @@ class StackSettings:
 
 def lambda_consumer_from_context(raw: Any) -> LambdaConsumerSettings:
     """One group of ``shardlog:lambdaConsumers``: its settings with camelCase names
-    (``functionArn`` or ``functionName``, ``batchSize``, ``onFailureDestination``, ...)."""
+    (``functionArn`` or ``functionName``, ``batchSize``, ``filterCriteria``, ...), checked
+    by the group's own schema (the runner's and `shardlog local up`'s)."""
     if not isinstance(raw, dict):
         raise SettingsError(f"context {IC.CTX_LAMBDA_CONSUMERS}: {raw!r} is not an object")
-    fields = {_snake(key): value for key, value in raw.items()}
-    if "function_arn" in fields:
-        fields["function_name"] = fields.pop("function_arn")
     try:
-        return LambdaConsumerSettings(**fields)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        group = raw.get("group", "?")
-        raise SettingsError(f"context {IC.CTX_LAMBDA_CONSUMERS}, group {group!r}: {exc}") from None
-
-
-def _snake(name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+        return LambdaConsumerSettings.from_camel(raw)
+    except ConfigurationError as exc:
+        raise SettingsError(f"context {IC.CTX_LAMBDA_CONSUMERS}, {exc}") from None
 
 
 def _lambda_consumers(node: Node) -> tuple[LambdaConsumerSettings, ...]:

@@ -55,6 +55,10 @@ LAKE_MODEL = ("tests/functional/lake/test_model.py",)
 LAKE_COMMIT = ("tests/spark/test_lake_commit.py", *LAKE_MODEL)
 LAKE_MAINTENANCE = ("tests/spark/test_lake_maintenance.py", *LAKE_MODEL)
 CONSOLE = ("tests/functional/console",)
+FILTERS = (
+    "tests/functional/lambda_consumer/test_filters.py",
+    "tests/unit/test_lambda_consumer_filters.py",
+)
 CONSUMER_MODELS = (
     "tests/functional/consumer/test_model.py",
     "tests/functional/lambda_consumer/test_model.py",
@@ -657,6 +661,30 @@ MUTATIONS = (
         "if size > self.max_segment_bytes:",
         "if False:",
         CODEC,
+    ),
+    Mutation(
+        "filter-not-applied",
+        "a Lambda group's filterCriteria: records no filter keeps are never invoked",
+        "shardlog/lambda_consumer/delivery.py",
+        "batch = self._drop_expired(self._kept(batch))",
+        "batch = self._drop_expired(batch)",
+        FILTERS,
+    ),
+    Mutation(
+        "filtered-batch-checkpoint",
+        "the checkpoint past a batch whose records were all filtered out",
+        "shardlog/lambda_consumer/delivery.py",
+        "# all filtered out (or given up): move past them\n                self._advance(end)",
+        "# all filtered out (or given up): move past them\n                return",
+        FILTERS,
+    ),
+    Mutation(
+        "filter-non-json-data",
+        "data that is not JSON matching no filter that names data (as the ESM drops it)",
+        "shardlog/lambda_consumer/filters.py",
+        "if record[DATA] is _NOT_JSON and self.pattern.names_data:",
+        "if False:",
+        FILTERS,
     ),
 )
 

@@ -122,6 +122,11 @@ METRIC_CONSUMER_LAG_MS: Final = "ConsumerLagMs"
 METRIC_RECORDS_DELIVERED: Final = "RecordsDelivered"
 METRIC_BATCHES_FAILED: Final = "BatchesFailed"
 METRIC_RECORDS_TO_ON_FAILURE: Final = "RecordsSentToOnFailure"
+# As Lambda's event source mapping names them (MetricsConfig "EventCount"): records the
+# checkpoint moved past; those no filter kept; those given up on (uninvoked or after retries).
+METRIC_EVENT_COUNT: Final = "EventCount"
+METRIC_FILTERED_OUT_EVENT_COUNT: Final = "FilteredOutEventCount"
+METRIC_DROPPED_EVENT_COUNT: Final = "DroppedEventCount"
 METRIC_WAKES_SENT: Final = "WakesSent"
 METRIC_GROUP_REGISTRATIONS_FAILED: Final = "GroupRegistrationsFailed"  # deploy-time
 DIMENSION_CONSUMER_GROUP: Final = "consumerGroup"  # the groups' metrics carry it

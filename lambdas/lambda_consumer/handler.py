@@ -32,6 +32,9 @@ def publish(report: RunReport) -> None:
     metrics.add_metric(C.METRIC_RECORDS_DELIVERED, MetricUnit.Count, report.delivered)
     metrics.add_metric(C.METRIC_BATCHES_FAILED, MetricUnit.Count, report.failed_invocations)
     metrics.add_metric(C.METRIC_RECORDS_TO_ON_FAILURE, MetricUnit.Count, report.sent_to_destination)
+    metrics.add_metric(C.METRIC_EVENT_COUNT, MetricUnit.Count, report.event_count)
+    metrics.add_metric(C.METRIC_FILTERED_OUT_EVENT_COUNT, MetricUnit.Count, report.filtered_out)
+    metrics.add_metric(C.METRIC_DROPPED_EVENT_COUNT, MetricUnit.Count, report.sent_to_destination)
     metrics.add_metric(C.METRIC_CONSUMER_LAG_RECORDS, MetricUnit.Count, report.lag_records)
     metrics.add_metric(C.METRIC_CONSUMER_LAG_MS, MetricUnit.Milliseconds, report.lag_ms)
 

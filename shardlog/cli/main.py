@@ -184,12 +184,15 @@ def local() -> None:
     "--lambda-consumer",
     "lambda_consumers",
     multiple=True,
-    metavar="GROUP=MODULE:FUNCTION",
+    metavar="GROUP=MODULE:FUNCTION[?key=value&...]|GROUP=@FILE",
     callback=lambda _ctx, _param, specs: _lambda_groups(specs),
     help="Run a Lambda consumer group in-process: FUNCTION(event, context) of MODULE "
     "(importable from the current directory) gets the group's batches as Kinesis events. "
-    "The group is registered (created at its start position) before anything runs. "
-    "Repeatable.",
+    "Settings as cdk.json's shardlog:lambdaConsumers keys, in a query string "
+    "(billing=app:handler?batchSize=10&maximumRetryAttempts=2) or in a JSON file "
+    '(billing=@billing.json: those keys plus "handler": "app:handler"); checked before '
+    "anything starts. The group is registered (created at its start position) before "
+    "anything runs. Repeatable.",
 )
 @click.option(
     "--console-port",

@@ -3,10 +3,11 @@ position, the batches, and what a failure does (steps 3 and 4 of shardlog/lambda
 runner.py, whose docstring states the whole protocol).
 
 This module owns every delivery decision: the batch (``batch_size``, the batching window,
-``maximum_record_age_s``), the invocation and its answer (partial batch responses), the
-retry policy (bisect, attempts, backoff, ``maximum_retry_attempts``), the give-up and its
-on-failure record, and when to stop before the runner's timeout. Batching changes
-(parallel lanes, filters, tumbling windows) belong here.
+``filter_criteria``, ``maximum_record_age_s``), the invocation and its answer (partial
+batch responses), the retry policy (bisect, attempts, backoff,
+``maximum_retry_attempts``), the give-up and its on-failure record, and when to stop
+before the runner's timeout. Batching changes (parallel lanes, filters, tumbling windows)
+belong here.
 
 It does not own the lease protocol (the runner takes, releases and re-checks) nor a
 request: every write is fenced on the lease and made by the data-access layer
@@ -17,8 +18,10 @@ LeaseLostError, which stops the session at once.
 Order (why it is safe): the retry state is written before each retry, so a restart
 resumes it; a give-up is written before its on-failure record is sent, so a runner that
 lost its lease is refused before it sends anything, and a give-up found pending is sent
-(uninvoked) by the next runner; the checkpoint passes a record only once it was delivered
-or given up on.
+(uninvoked) by the next runner; the checkpoint passes a record only once it was delivered,
+given up on, or filtered out (shardlog/lambda_consumer/filters.py: the filters apply to
+each batch the feed returns; a batch none of whose records is kept invokes nothing and is
+checkpointed past, one fenced write, as a delivered batch).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from shardlog.lambda_consumer.destinations import (
 )
 from shardlog.lambda_consumer.events import Answer, interpret, kinesis_event
 from shardlog.lambda_consumer.feed import FedRecord, LogFeed
+from shardlog.lambda_consumer.filters import BatchFilter
 from shardlog.lambda_consumer.report import Outcome, RunReport
 from shardlog.tables import Lease, PartitionInfo
 
@@ -68,6 +72,7 @@ class Session:
         self.pending: PendingFailure | None = None
         self.shard_end = False
         self.progress = runner.progress
+        self.filter = BatchFilter(self.consumer.criteria())
 
     # --- 3. position ---------------------------------------------------------------------
     def start(self, partition: PartitionInfo) -> None:
@@ -104,9 +109,12 @@ class Session:
             batch = self._next_batch()
             if batch is None:
                 return  # caught up, waiting on the window past the deadline, or finished
-            batch = self._drop_expired(batch)
+            end = batch[-1].seq + 1
+            batch = self._drop_expired(self._kept(batch))
             if batch:
-                self._invoke(batch)
+                self._invoke(batch, end)
+            elif self.feed.position < end:  # all filtered out (or given up): move past them
+                self._advance(end)
 
     def _next_batch(self) -> list[LogRecord] | None:
         if self.retry is not None:
@@ -134,6 +142,12 @@ class Session:
         window = self.consumer.batching_window_ms
         return 0 if window == 0 else fed[0].committed_at_ms + window - self.clock.now_ms()
 
+    def _kept(self, batch: list[LogRecord]) -> list[LogRecord]:
+        """The records the group's filters keep (all of them without filters)."""
+        kept = self.filter.keep(batch)
+        self.report.filtered_out = self.filter.filtered_out
+        return kept
+
     def _drop_expired(self, batch: list[LogRecord]) -> list[LogRecord]:
         """Records past the maximum record age go to the destination, uninvoked."""
         max_age_s = self.consumer.maximum_record_age_s
@@ -147,7 +161,9 @@ class Session:
         self._give_up(expired, RECORD_AGE_EXCEEDED, attempts=0, function_error=None)
         return batch[len(expired) :]
 
-    def _invoke(self, batch: list[LogRecord]) -> None:
+    def _invoke(self, batch: list[LogRecord], end: int) -> None:
+        """Invoke the function with ``batch``: the kept records of the fed ones before
+        ``end``; a success checkpoints at ``end``, past the filtered-out ones too."""
         runner = self.runner
         event = kinesis_event(
             batch,
@@ -162,7 +178,7 @@ class Session:
         )
         if answer.ok:
             self.report.delivered += len(batch)
-            self._advance(batch[-1].seq + 1)
+            self._advance(end)
             return
         self.report.failed_invocations += 1
         self._failed(batch, answer, result.function_error)
@@ -230,9 +246,10 @@ class Session:
         self, pending: PendingFailure, records: list[LogRecord] | None = None
     ) -> None:
         runner = self.runner
-        if records is None:
+        if records is None:  # its records once more, without those filtered out
             self.feed.seek(pending.start)
-            records = [f.record for f in self.feed.peek(pending.end - pending.start)]
+            fed = [f.record for f in self.feed.peek(pending.end - pending.start)]
+            records = self._kept(fed) or fed  # none kept: the filters changed since; send all
         if runner.destination is not None:
             runner.destination.send(
                 FailedBatch(
@@ -256,7 +273,7 @@ class Session:
             pending.attempts,
             "" if runner.destination else " with no on-failure destination",
         )
-        self.report.sent_to_destination += pending.end - pending.start
+        self.report.sent_to_destination += len(records)
         self._advance(pending.end)
 
     def _advance(self, next_seq: int) -> None:

@@ -25,12 +25,19 @@ class RunReport:
     delivered: int = 0  # records the function processed successfully
     invocations: int = 0
     failed_invocations: int = 0
-    sent_to_destination: int = 0  # records given up on
+    sent_to_destination: int = 0  # records given up on (uninvoked, or after retries)
+    filtered_out: int = 0  # records no filter kept: never invoked, checkpointed past
     checkpoint: str | None = None
     head: int = 0
     lag_records: int = 0
     lag_ms: int = 0  # age (by arrival) of the oldest undelivered record; 0 when caught up
     woke: list[str] = field(default_factory=list)  # partitions this run woke
+
+    @property
+    def event_count(self) -> int:
+        """Records the checkpoint moved past: delivered, filtered out or given up on
+        (MetricsConfig's EventCount; a record delivered twice counts twice)."""
+        return self.delivered + self.filtered_out + self.sent_to_destination
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +48,8 @@ class RunReport:
             "invocations": self.invocations,
             "failedInvocations": self.failed_invocations,
             "sentToOnFailure": self.sent_to_destination,
+            "filteredOut": self.filtered_out,
+            "eventCount": self.event_count,
             "checkpoint": self.checkpoint,
             "head": self.head,
             "lagRecords": self.lag_records,

@@ -1,5 +1,9 @@
 """A Lambda consumer group's settings: what Lambda's Kinesis event source mapping offers,
-validated once (at synth, at the runner's cold start, at `shardlog local up`)."""
+validated once (at synth, at the runner's cold start, at `shardlog local up`).
+
+One schema, two spellings: the model's snake_case fields, and the camelCase keys of
+cdk.json's ``shardlog:lambdaConsumers`` and of ``--lambda-consumer`` (``from_camel``);
+errors name the camelCase key."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from shardlog import constants as C
 from shardlog.consumer.positions import StartPosition
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ConfigurationError, ValidationError
+from shardlog.lambda_consumer.filters import FilterCriteria, parse_criteria
 from shardlog.settings import BucketName, Tables
 
 # An on-failure destination: an SQS queue, an SNS topic or an S3 bucket (Lambda's three).
@@ -31,6 +36,15 @@ class StartingPosition(StrEnum):
     TRIM_HORIZON = "TRIM_HORIZON"
     LATEST = "LATEST"
     AT_TIMESTAMP = "AT_TIMESTAMP"
+
+
+class FilterPattern(BaseModel):
+    """One filter of ``filter_criteria``: its pattern as compact JSON text (Lambda's
+    ``Filter.Pattern``), validated by shardlog/lambda_consumer/filters.py."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pattern: str
 
 
 class LambdaConsumerSettings(BaseModel):
@@ -61,6 +75,9 @@ class LambdaConsumerSettings(BaseModel):
     retry_base_delay_ms: int = Field(default=1_000, ge=0, le=60_000)
     retry_max_delay_ms: int = Field(default=30_000, ge=0, le=300_000)
     lease_duration_ms: int | None = Field(default=None, ge=10_000, le=3_600_000)
+    # Lambda's FilterCriteria: up to 5 patterns, OR-ed; records none matches are never
+    # invoked, and the checkpoint moves past them (shardlog/lambda_consumer/filters.py).
+    filter_criteria: tuple[FilterPattern, ...] = ()
 
     @field_validator("group")
     @classmethod
@@ -69,6 +86,13 @@ class LambdaConsumerSettings(BaseModel):
             return validate_group(value)
         except ValidationError as exc:
             raise ValueError(exc.reason) from None
+
+    @field_validator("filter_criteria", mode="before")
+    @classmethod
+    def _filters(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):  # patterns as objects, JSON text, or this model
+            value = [v.model_dump() if isinstance(v, FilterPattern) else v for v in value]
+        return parse_criteria(value).as_json()  # a ValidationError names the pattern's field
 
     @field_validator("maximum_record_age_s")
     @classmethod
@@ -117,6 +141,25 @@ class LambdaConsumerSettings(BaseModel):
             return None
         return self.on_failure_destination.split(":")[2]
 
+    def criteria(self) -> FilterCriteria:
+        """The compiled filters (none: every record is invoked)."""
+        return parse_criteria([p.model_dump() for p in self.filter_criteria])
+
+    @classmethod
+    def from_camel(cls, raw: Mapping[str, Any], **fields: Any) -> LambdaConsumerSettings:
+        """A group from cdk.json's camelCase keys (``functionArn`` or ``functionName``,
+        ``batchSize``, ``filterCriteria``, ...), ``fields`` (snake_case) on top. Raises
+        one ConfigurationError naming the group and each camelCase key refused."""
+        values = {_snake(key): value for key, value in raw.items()}
+        if "function_arn" in values:
+            values["function_name"] = values.pop("function_arn")
+        values.update(fields)
+        try:
+            return cls(**values)
+        except PydanticValidationError as exc:
+            group = values.get("group", "?")
+            raise ConfigurationError(f"group {group!r}: {camel_problems(exc)}") from None
+
     def start_position(self) -> StartPosition:
         """The position the group is created at: fixed per partition when it is registered
         (deploy, `shardlog local up`; shardlog/consumer/creation.py), as for worker groups."""
@@ -126,6 +169,30 @@ class LambdaConsumerSettings(BaseModel):
             return StartPosition.latest()
         assert self.starting_position_timestamp_ms is not None
         return StartPosition.at_timestamp(self.starting_position_timestamp_ms)
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def camel_problems(exc: PydanticValidationError) -> str:
+    """Pydantic's errors on one line, each naming the camelCase key (or the place inside
+    it, as filters do) and what is wrong."""
+    problems = []
+    for error in exc.errors():
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if not error["loc"]:
+            problems.append(message)
+            continue
+        key = camel(str(error["loc"][0]))
+        place = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"][1:])
+        problems.append(message if message.startswith(key) else f"{key}{place}: {message}")
+    return "; ".join(problems)
 
 
 class RunnerSettings(BaseModel):

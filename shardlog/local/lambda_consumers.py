@@ -18,7 +18,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+from urllib.parse import parse_qsl
 
 from shardlog import constants as C
 from shardlog.aws import Clients
@@ -48,18 +49,89 @@ class LocalGroup:
     target: str
 
 
+SPEC = "GROUP=MODULE:FUNCTION[?key=value&...] or GROUP=@settings.json"
+
+
 def parse_group(spec: str, **settings: Any) -> LocalGroup:
-    """``GROUP=MODULE:FUNCTION`` (MODULE importable from the current directory). Errors
-    name what is wrong, at start, not at the first record."""
+    """``GROUP=MODULE:FUNCTION`` (MODULE importable from the current directory), with the
+    group's settings as cdk.json's camelCase keys either in a query string
+    (``billing=app:handler?batchSize=10&maximumRetryAttempts=2``) or in a JSON file
+    (``billing=@billing.json``: an object of the same keys plus ``handler``). Errors name
+    the group and what is wrong, at start, not at the first record."""
     group, sep, target = spec.partition("=")
     if not sep or not group or not target:
-        raise ValidationError("lambda-consumer", f"expected GROUP=MODULE:FUNCTION, got {spec!r}")
+        raise ValidationError("lambda-consumer", f"expected {SPEC}, got {spec!r}")
     validate_group(group)
+    target, values = (
+        _settings_file(group, target[1:]) if target[:1] == "@" else _query(group, target)
+    )
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise ValidationError(
             "lambda-consumer", f"{group}: expected MODULE:FUNCTION, got {target!r}"
         )
+    validated = LambdaConsumerSettings.from_camel(
+        values, group=group, function_name=target, **settings
+    )  # before the import: a bad setting is named even where the module is missing
+    return LocalGroup(validated, _function(group, module_name, attribute), target)
+
+
+def _query(group: str, target: str) -> tuple[str, dict[str, Any]]:
+    """``MODULE:FUNCTION?key=value&...``: each value as the JSON it spells (a number, true,
+    a list of filters) or else as text, then checked by the group's schema."""
+    target, _, query = target.partition("?")
+    values: dict[str, Any] = {}
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError as exc:
+        raise ValidationError(
+            "lambda-consumer", f"{group}: bad settings {query!r}: {exc}"
+        ) from None
+    for key, text in pairs:
+        if key in values:
+            raise ValidationError("lambda-consumer", f"{group}: {key} is given twice")
+        values[_own_key(group, key)] = _value(text)
+    return target, values
+
+
+def _settings_file(group: str, name: str) -> tuple[str, dict[str, Any]]:
+    """``@FILE``: a JSON object of the group's camelCase settings and its ``handler``."""
+    try:
+        values = json.loads(Path(name).read_text())
+    except OSError as exc:
+        raise ValidationError("lambda-consumer", f"{group}: cannot read {name}: {exc}") from None
+    except ValueError as exc:
+        raise ValidationError("lambda-consumer", f"{group}: {name} is not JSON: {exc}") from None
+    if not isinstance(values, dict):
+        raise ValidationError("lambda-consumer", f"{group}: {name} must hold a JSON object")
+    handler = values.pop("handler", None)
+    if not isinstance(handler, str):
+        raise ValidationError(
+            "lambda-consumer", f'{group}: {name} needs "handler": "MODULE:FUNCTION"'
+        )
+    for key in values:
+        _own_key(group, key)
+    return handler, values
+
+
+def _own_key(group: str, key: str) -> str:
+    if key in ("group", "functionName", "functionArn"):
+        raise ValidationError(
+            "lambda-consumer",
+            f"{group}: {key} is not a setting here: the group and its function are "
+            "GROUP=MODULE:FUNCTION",
+        )
+    return key
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # a name or an ARN: the schema checks it
+
+
+def _function(group: str, module_name: str, attribute: str) -> Function:
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
@@ -69,11 +141,7 @@ def parse_group(spec: str, **settings: Any) -> LocalGroup:
     function = getattr(module, attribute, None)
     if not callable(function):
         raise ConfigurationError(f"{group}: {module_name} has no function {attribute!r}")
-    try:
-        validated = LambdaConsumerSettings(group=group, function_name=target, **settings)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        raise ConfigurationError(f"{group}: invalid settings: {exc}") from exc
-    return LocalGroup(validated, function, target)
+    return cast(Function, function)
 
 
 class LocalLambdaConsumers:

@@ -11,6 +11,11 @@ import pytest
 from aws_cdk import App
 
 from infra import constants as IC
+from infra.lambda_consumers import (
+    LAMBDA_ENVIRONMENT_BYTES,
+    RUNNER_ENVIRONMENT_RESERVE_BYTES,
+    check_runner_environment,
+)
 from infra.settings import SettingsError, StackSettings
 from shardlog import constants as C
 from shardlog.lambda_consumer.settings import (
@@ -265,13 +270,45 @@ def test_groups_come_from_context_in_camel_case(tmp_path: Path) -> None:
     assert (group.group, group.function_name, group.batching_window_ms) == ("g", "f", 500)
 
 
+def test_filter_criteria_come_from_context_as_lambda_writes_them(tmp_path: Path) -> None:
+    pattern = json.dumps({"data": {"type": ["buy"]}})
+    [group] = _settings(
+        tmp_path,
+        [
+            {
+                "group": "g",
+                "functionName": "f",
+                "filterCriteria": {"Filters": [{"Pattern": pattern}]},
+            }
+        ],
+    ).lambda_consumers
+    assert [p.pattern for p in group.filter_criteria] == ['{"data":{"type":["buy"]}}']
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
         ("not json", "is not JSON"),
         ({"group": "g"}, "must be a list"),
         (["g"], "is not an object"),
-        ([{"group": "g", "functionName": "f", "batchSize": 10_001}], "batch_size"),
+        ([{"group": "g", "functionName": "f", "batchSize": 10_001}], "group 'g': batchSize: "),
+        (
+            [
+                {
+                    "group": "g",
+                    "functionName": "f",
+                    "filterCriteria": [
+                        {"pattern": {"partitionKey": ["a"]}},
+                        {"pattern": {"data": {"amount": [{"numeric": [">", "ten"]}]}}},
+                    ],
+                }
+            ],
+            "group 'g': filterCriteria[1].pattern.data.amount[0].numeric: must be a number",
+        ),
+        (
+            [{"group": "g", "functionName": "f", "filterCriteria": [{"pattern": "{}"}] * 6}],
+            "filterCriteria: 6 filters: at most 5",
+        ),
         ([{"group": "$ingest", "functionName": "f"}], "group '$ingest'"),
         (
             [{"group": "g", "functionName": "f"}, {"group": "g", "functionName": "h"}],
@@ -289,3 +326,12 @@ def test_a_group_is_workers_or_a_lambda_function_not_both(tmp_path: Path) -> Non
         _settings(
             tmp_path, [{"group": "g", "functionName": "f"}], **{IC.CTX_CONSUMER_GROUPS: ["g"]}
         )
+
+
+def test_filters_past_the_runners_environment_fail_synth_not_the_deploy() -> None:
+    room = LAMBDA_ENVIRONMENT_BYTES - RUNNER_ENVIRONMENT_RESERVE_BYTES
+    check_runner_environment("g", "x" * room, "[]")
+    with pytest.raises(SettingsError, match=r"group 'g': filterCriteria \(2 bytes as JSON\)"):
+        check_runner_environment("g", "x" * (room + 1), "[]")
+    with pytest.raises(SettingsError, match="4097 of the 4096 bytes"):
+        check_runner_environment("g", "é" * (room // 2) + "x", "[]")  # bytes, not characters

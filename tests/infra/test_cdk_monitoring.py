@@ -210,3 +210,18 @@ def test_dashboard_shows_the_pipeline(synth: Synthesized) -> None:
         assert metric in body, metric
     assert "SEARCH(" in body  # consumer lag: one line per consumer group
     assert str(IC.INGEST_TIMEOUT_S * 1000) in body, "the timeout line on the duration graph"
+
+
+def test_dashboard_counts_each_lambda_groups_events_as_metrics_config_does(
+    synth: Synthesized,
+) -> None:
+    (dashboard,) = synth.resources("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(synth.stack.resolve(dashboard["Properties"]["DashboardBody"]))
+    for group in synth.stack.lambda_consumers.groups:
+        for metric in (
+            C.METRIC_EVENT_COUNT,
+            C.METRIC_FILTERED_OUT_EVENT_COUNT,
+            C.METRIC_DROPPED_EVENT_COUNT,
+        ):
+            line = f'\\"{metric}\\",\\"{C.DIMENSION_CONSUMER_GROUP}\\",\\"{group}\\"'
+            assert line in body, (group, metric)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from shardlog.constants import ENV_LAMBDA_CONSUMER
 from shardlog.consumer.positions import InitialPosition
-from shardlog.lambda_consumer.settings import LambdaConsumerSettings
+from shardlog.exceptions import ConfigurationError
+from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
+from shardlog.tables import TableNames
 
 BASE: dict[str, Any] = {"group": "billing", "function_name": "f"}
 
@@ -94,3 +98,69 @@ def test_the_lease_outlasts_an_invocation() -> None:
 
 def test_unknown_settings_are_refused() -> None:
     assert "batchsize" in refused(batchsize=5)
+
+
+# --- filterCriteria and the camelCase spelling ---------------------------------------------
+BUY = {"data": {"order": {"type": ["buy"]}}}
+
+
+def test_filters_are_kept_as_compact_json_and_survive_the_runners_document() -> None:
+    group = settings(filter_criteria=[{"pattern": BUY}, {"pattern": '{"partitionKey": ["a"]}'}])
+    assert [p.pattern for p in group.filter_criteria] == [
+        '{"data":{"order":{"type":["buy"]}}}',
+        '{"partitionKey":["a"]}',
+    ]
+    runner = RunnerSettings(
+        consumer=group,
+        bucket="log-bucket",
+        tables=TableNames("partitions", "consumers"),
+        wake_queue_url="q",
+        event_source_arn="s",
+    )
+    again = RunnerSettings.from_env({ENV_LAMBDA_CONSUMER: runner.model_dump_json()})
+    assert again.consumer == group
+    assert len(again.consumer.criteria().filters) == 2
+    assert settings(filter_criteria=group.filter_criteria) == group  # the model's own values
+
+
+def test_no_filters_by_default() -> None:
+    assert settings().filter_criteria == ()
+    assert not settings().criteria()
+
+
+def test_an_invalid_filter_is_refused_naming_its_field() -> None:
+    message = refused(filter_criteria=[{"pattern": {"data": {"amount": [{"numeric": [">"]}]}}}])
+    assert "filterCriteria[0].pattern.data.amount[0].numeric: must be" in message
+
+
+def test_from_camel_takes_cdk_json_keys_and_names_them_when_refused() -> None:
+    group = LambdaConsumerSettings.from_camel(
+        {
+            "group": "g",
+            "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:f",
+            "batchSize": 10,
+            "maximumRecordAgeS": 60,
+            "filterCriteria": {"Filters": [{"Pattern": json.dumps(BUY)}]},
+        }
+    )
+    assert (group.function_name, group.batch_size, group.maximum_record_age_s) == (
+        "arn:aws:lambda:us-east-1:123456789012:function:f",
+        10,
+        60,
+    )
+    with pytest.raises(ConfigurationError) as caught:
+        LambdaConsumerSettings.from_camel(
+            {
+                "group": "g",
+                "functionName": "f",
+                "batchSize": 0,
+                "bisectBatchOnFunctionErrors": True,
+                "filterCriteria": [{"pattern": {"data": {"amount": 5}}}],
+            }
+        )
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("group 'g': ")
+    assert "batchSize: Input should be greater than or equal to 1" in message
+    assert "bisectBatchOnFunctionErrors: Extra inputs are not permitted" in message
+    assert "; filterCriteria[0].pattern.data.amount: must be a list of rules" in message

@@ -83,6 +83,11 @@ def test_a_local_lambda_consumer_gets_every_record_once(up_with_a_group: Any) ->
         ("$ingest=os:getcwd", "reserved"),
         ("g=a_module_that_does_not_exist:f", "cannot import"),
         ("g=os:no_such_function", "has no function 'no_such_function'"),
+        ("g=os:getcwd?batchSize=10001", "group 'g': batchSize: Input should be less than"),
+        (
+            'g=os:getcwd?filterCriteria=[{"pattern":{"data":{"amount":[{"numeric":[">","ten"]}]}}}]',
+            "group 'g': filterCriteria[0].pattern.data.amount[0].numeric: must be a number",
+        ),
     ],
 )
 def test_a_bad_lambda_consumer_is_refused_before_anything_starts(spec: str, message: str) -> None:
