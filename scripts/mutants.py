@@ -612,6 +612,17 @@ MUTATIONS = (
         "if False:",
         CONSOLE,
     ),
+    Mutation(
+        "lanes-checkpoint-min",
+        "a Lambda group's checkpoint at the lowest seq not done over its lanes (not the highest)",
+        "shardlog/lambda_consumer/lanes.py",
+        "return min(fronts, default=self.frontier)",
+        "return max(fronts, default=self.frontier)",
+        (
+            "tests/unit/test_lambda_consumer_lanes.py",
+            "tests/functional/lambda_consumer/test_lanes.py",
+        ),
+    ),
 )
 
 
