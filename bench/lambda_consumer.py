@@ -6,13 +6,19 @@ On the embedded AWS (moto over HTTP, in this process):
   function called in-process) and by a consumer group worker, both in batches of
   ``--batch-size``: records/s, AWS requests per 1,000 records and per batch (besides
   the invoke, which on AWS is one Lambda Invoke per batch);
+- lanes: one partition, a function that takes ``--lanes-delay-ms`` per invocation, read
+  to its head at parallelization factor 4 and at factor 1 in the same run: records/s,
+  the ratio (factor 4 should deliver at least 3x), and AWS requests per batch besides
+  the invoke at each factor;
 - latency: records committed at a steady rate while the local Lambda consumer group runs
   (the partitions stream, the waker, the SQS FIFO wake queue, the runner, all real
   threads on the real clock): commit-to-invoke p50/p95/p99/max, beside a worker's
   commit-to-delivery.
 
-Exits non-zero unless every record was delivered exactly once, in order.
-Usage: python bench/lambda_consumer.py [--records N] [--batch-size N] [--commits N] [--json]
+Exits non-zero unless every record was delivered exactly once, in order (in lanes: each
+key's records in order).
+Usage: python bench/lambda_consumer.py [--records N] [--batch-size N] [--lanes-records N]
+       [--commits N] [--json]
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import logging
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import common  # first: the repository importable
@@ -47,10 +54,10 @@ PARTITION = "shardId-000000000000"
 _seq = iter(range(10**12))
 
 
-def records(count: int) -> list[IncomingRecord]:
+def records(count: int, keys: int = 100) -> list[IncomingRecord]:
     now = SystemClock().now_ms()
     return [
-        IncomingRecord(f"key-{i % 100}", b"x" * 100, str(SEQUENCE_BASE + 7 * next(_seq)), now)
+        IncomingRecord(f"key-{i % keys}", b"x" * 100, str(SEQUENCE_BASE + 7 * next(_seq)), now)
         for i in range(count)
     ]
 
@@ -86,16 +93,23 @@ class Counter:
 
 
 def runner_for(
-    config: ShardlogConfig, counter: Counter, batch_size: int
+    config: ShardlogConfig,
+    function: Callable[[dict[str, Any], Any], Any],
+    batch_size: int,
+    group: str = "bench",
+    factor: int = 1,
 ) -> tuple[Runner, RequestCounter]:
     clients = config.clients()
     sqs = clients.client("sqs")
-    url = sqs.create_queue(QueueName=wake_queue_name("bench"), Attributes={"FifoQueue": "true"})[
+    url = sqs.create_queue(QueueName=wake_queue_name(group), Attributes={"FifoQueue": "true"})[
         "QueueUrl"
     ]
     settings = RunnerSettings(
         consumer=LambdaConsumerSettings(
-            group="bench", function_name="count", batch_size=batch_size
+            group=group,
+            function_name="count",
+            batch_size=batch_size,
+            parallelization_factor=factor,
         ),
         bucket=config.bucket,
         tables=config.tables,
@@ -104,15 +118,15 @@ def runner_for(
     )
     register(  # what deploy does, not counted as the runner's requests
         clients,
-        "bench",
+        group,
         settings.consumer.start_position(),
         bucket=config.bucket,
         names=config.tables,
         now_ms=SystemClock().now_ms(),
     )
     requests = RequestCounter().attach(clients)
-    invoker = LocalInvoker(counter.function, "count", clients.region)
-    return Runner(clients, settings, invoker, WakeSender(clients, {"bench": url})), requests
+    invoker = LocalInvoker(function, "count", clients.region)
+    return Runner(clients, settings, invoker, WakeSender(clients, {group: url})), requests
 
 
 def throughput(config: ShardlogConfig, total: int, batch_size: int) -> list[dict[str, Any]]:
@@ -122,7 +136,7 @@ def throughput(config: ShardlogConfig, total: int, batch_size: int) -> list[dict
         writer.append(PARTITION, records(min(10_000, total - start)))
     rows = []
     counter = Counter()
-    runner, requests = runner_for(config, counter, batch_size)
+    runner, requests = runner_for(config, counter.function, batch_size)
     started = time.perf_counter()
     report = runner.run(PARTITION, request_id="bench", remaining_ms=lambda: 900_000)
     elapsed = time.perf_counter() - started
@@ -168,6 +182,55 @@ def _row(name: str, total: int, seconds: float, requests: int, batches: int) -> 
         "requestsPer1000Records": round(1000 * requests / total, 2),
         "requestsPerBatch": round(requests / max(batches, 1), 2),
     }
+
+
+class SlowFunction:
+    """A function that takes ``delay_ms`` an invocation (real time: it is the load), and
+    notes each record's key and seq; called from the runner's lanes at once."""
+
+    def __init__(self, delay_ms: int) -> None:
+        self.delay_ms = delay_ms
+        self.lock = threading.Lock()
+        self.seen: list[tuple[str, int]] = []
+
+    def __call__(self, event: dict[str, Any], _context: Any) -> Any:
+        time.sleep(self.delay_ms / 1000)
+        batch = [
+            (r["kinesis"]["partitionKey"], int(r["kinesis"]["sequenceNumber"]))
+            for r in event["Records"]
+        ]
+        with self.lock:
+            self.seen.extend(batch)
+        return {"batchItemFailures": []}
+
+
+def lanes(
+    config: ShardlogConfig, total: int, batch_size: int, delay_ms: int
+) -> list[dict[str, Any]]:
+    """One partition (1,000 keys), a function taking ``delay_ms`` an invocation, at factor 4
+    and factor 1: records/s and AWS requests per batch (besides the invoke) of each."""
+    partition = "shardId-000000000002"
+    register_root(config, partition)
+    writer = LogWriter(config.clients(), WriterSettings(config.bucket, config.tables))
+    written = records(total, keys=1_000)
+    writer.append(partition, written)
+    rows = []
+    for factor in (4, 1):
+        slow = SlowFunction(delay_ms)
+        runner, requests = runner_for(config, slow, batch_size, f"lanes-{factor}", factor)
+        started = time.perf_counter()
+        report = runner.run(partition, request_id=f"lanes-{factor}", remaining_ms=lambda: 900_000)
+        elapsed = time.perf_counter() - started
+        by_key: dict[str, list[int]] = {}
+        for key, seq in slow.seen:
+            by_key.setdefault(key, []).append(seq)
+        if sorted(s for _, s in slow.seen) != list(range(total)) or any(
+            seqs != sorted(seqs) for seqs in by_key.values()
+        ):
+            raise SystemExit(f"factor {factor}: not every record once with each key in order")
+        row = _row(f"factor {factor}", total, elapsed, requests.total, report.invocations)
+        rows.append({**row, "factor": factor, "invocations": report.invocations})
+    return rows
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -238,10 +301,21 @@ def latency(
     return rows
 
 
+def _print_rows(rows: list[dict[str, Any]], title: str, key: str, spec: str) -> None:
+    """Path, records/s, the column ``key`` (headed ``title``), requests per batch."""
+    print(f"{'path':<30} {'records/s':>11} {title:>11} {'req/batch':>10}")
+    for row in rows:
+        rate, value, per_batch = row["recordsPerSecond"], row[key], row["requestsPerBatch"]
+        print(f"{row['path']:<30} {rate:>11.0f} {value:>11{spec}} {per_batch:>10.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=50_000, help="throughput: log size")
     parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--lanes-records", type=int, default=4_000, help="lanes: log size")
+    parser.add_argument("--lanes-batch-size", type=int, default=10)
+    parser.add_argument("--lanes-delay-ms", type=int, default=20, help="lanes: per invocation")
     parser.add_argument("--commits", type=int, default=200, help="latency: commits")
     parser.add_argument("--per-commit", type=int, default=10, help="latency: records a commit")
     parser.add_argument("--interval-ms", type=int, default=20, help="latency: between commits")
@@ -253,20 +327,26 @@ def main(argv: list[str] | None = None) -> int:
         config = ShardlogConfig(endpoint_url=aws.endpoint_url)
         provision(config.clients(), config, shard_count=1)
         throughput_rows = throughput(config, args.records, args.batch_size)
+        lane_rows = lanes(config, args.lanes_records, args.lanes_batch_size, args.lanes_delay_ms)
         # A log of its own: the groups must not start with the throughput backlog.
         fresh = common.named_log("latency", aws.endpoint_url)
         provision(fresh.clients(), fresh, shard_count=1)
         latency_rows = latency(fresh, args.commits, args.per_commit, args.interval_ms)
     if args.json:
-        print(json.dumps({"throughput": throughput_rows, "latency": latency_rows}, indent=2))
+        document = {"throughput": throughput_rows, "lanes": lane_rows, "latency": latency_rows}
+        print(json.dumps(document, indent=2))
         return 0
     print(f"throughput: one partition, {args.records} records, batches of {args.batch_size}")
-    print(f"{'path':<30} {'records/s':>11} {'req/1k rec':>11} {'req/batch':>10}")
-    for row in throughput_rows:
-        rate, per_1k = row["recordsPerSecond"], row["requestsPer1000Records"]
-        print(f"{row['path']:<30} {rate:>11.0f} {per_1k:>11.2f} {row['requestsPerBatch']:>10.2f}")
+    _print_rows(throughput_rows, "req/1k rec", "requestsPer1000Records", ".2f")
     ratio = throughput_rows[0]["recordsPerSecond"] / throughput_rows[1]["recordsPerSecond"]
     print(f"runner / worker records/s: {ratio:.2f}x (the invoke is in-process here)")
+    print(
+        f"\nlanes: one partition, {args.lanes_records} records, batches of "
+        f"{args.lanes_batch_size}, a function taking {args.lanes_delay_ms} ms an invocation"
+    )
+    _print_rows(lane_rows, "invokes", "invocations", "d")
+    speedup = lane_rows[0]["recordsPerSecond"] / lane_rows[1]["recordsPerSecond"]
+    print(f"factor 4 / factor 1 records/s: {speedup:.2f}x")
     print(
         f"\nlatency (ms): {args.commits} commits of {args.per_commit} records, "
         f"one every {args.interval_ms} ms"

@@ -666,16 +666,16 @@ MUTATIONS = (
         "filter-not-applied",
         "a Lambda group's filterCriteria: records no filter keeps are never invoked",
         "shardlog/lambda_consumer/delivery.py",
-        "batch = self._drop_expired(self._kept(batch))",
-        "batch = self._drop_expired(batch)",
+        "kept = {r.seq for r in self.filter.keep([f.record for f in fed])}",
+        "kept = {f.record.seq for f in fed}",
         FILTERS,
     ),
     Mutation(
         "filtered-batch-checkpoint",
         "the checkpoint past a batch whose records were all filtered out",
         "shardlog/lambda_consumer/delivery.py",
-        "# all filtered out (or given up): move past them\n                self._advance(end)",
-        "# all filtered out (or given up): move past them\n                return",
+        "self._save(checkpoint=True)  # past records all filtered out",
+        "pass  # past records all filtered out",
         FILTERS,
     ),
     Mutation(
@@ -685,6 +685,17 @@ MUTATIONS = (
         "if record[DATA] is _NOT_JSON and self.pattern.names_data:",
         "if False:",
         FILTERS,
+    ),
+    Mutation(
+        "lanes-checkpoint-min",
+        "a Lambda group's checkpoint at the lowest seq not done over its lanes (not the highest)",
+        "shardlog/lambda_consumer/lanes.py",
+        "return min(fronts, default=self.frontier)",
+        "return max(fronts, default=self.frontier)",
+        (
+            "tests/unit/test_lambda_consumer_lanes.py",
+            "tests/functional/lambda_consumer/test_lanes.py",
+        ),
     ),
 )
 

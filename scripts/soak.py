@@ -99,6 +99,13 @@ MACHINES = {
             "runner crashes before any AWS call, zombie invocations, lost wakes, timeouts, split",
         ),
         Machine(
+            "lambda-consumer-lanes",
+            "tests.functional.lambda_consumer.test_model",
+            "LambdaConsumerLanesModel",
+            "the same at parallelization factor 4: crashes and zombies between the lanes' "
+            "checkpoints, lanes retried by a successor",
+        ),
+        Machine(
             "lake",
             "tests.functional.lake.test_model",
             "LakeMachine",

@@ -237,6 +237,7 @@ PLACEHOLDERS: Final = {
     "#rsize": C.ATTR_RETRY_SIZE,
     "#rattempts": C.ATTR_RETRY_ATTEMPTS,
     "#pf": C.ATTR_PENDING_FAILURE,
+    "#lanes": C.ATTR_LANE_PROGRESS,
     "#transferBy": ATTR_TRANSFER_REQUESTED_BY,
     "#transferAt": ATTR_TRANSFER_REQUESTED_AT,
 }

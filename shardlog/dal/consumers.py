@@ -7,10 +7,11 @@ build on its fenced checkpoint write where they must be fenced, and own the rest
 - **group items** (``$group``, docs/TABLES.md): ``read_group``, ``group_kind`` and
   ``create_group``, one conditional PutItem that creates a group, or gives positions to
   one registered without them, and is refused when any other group item stands;
-- **a Lambda group's progress** on a lease item (``LambdaProgress``): the retry state
-  (``retryStartSeq``, ``retryEndSeq``, ``retryBatchSize``, ``retryAttempts``) and the
-  pending give-up (``pendingOnFailure``), each written in the same fenced write as the
-  checkpoint or the lease's renewal, so a runner that lost its lease writes neither;
+- **a Lambda group's progress** on a lease item (``LambdaProgress``, ``LaneProgress``): the
+  retry state (``retryStartSeq``, ``retryEndSeq``, ``retryBatchSize``, ``retryAttempts``)
+  and the pending give-up (``pendingOnFailure``), or at a parallelization factor above 1
+  the same per lane in one map (``laneProgress``), written whole in the same fenced write
+  as the checkpoint or the lease's renewal, so a runner that lost its lease writes none;
 - **the compaction mirror** (``$compaction`` items, ``WatermarkItems``): every write
   conditional on ``leaseCounter`` as it was read, incrementing it.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
@@ -160,24 +161,36 @@ _RETRY_ATTRIBUTES = ("#rstart", "#rend", "#rsize", "#rattempts")
 @dataclass(frozen=True)
 class RetryState:
     """The records [start, end) of a batch that failed are being retried, in sub-batches of
-    at most ``size`` records; the current one has failed ``attempts`` times."""
+    at most ``size`` records; the current one has failed ``attempts`` times. With lanes, the
+    batch is the records of its lane in that range (``size`` counts those)."""
 
     start: int
     end: int
     size: int
     attempts: int
 
+    def attribute(self) -> dict[str, Any]:
+        fields = {"start": self.start, "end": self.end, "size": self.size}
+        return {"M": {**{k: n(v) for k, v in fields.items()}, "attempts": n(self.attempts)}}
+
+    @classmethod
+    def from_value(cls, value: Mapping[str, Any]) -> RetryState:
+        start, end = int(value["start"]), int(value["end"])
+        return cls(start, end, int(value.get("size", end - start)), int(value.get("attempts", 0)))
+
 
 @dataclass(frozen=True)
 class PendingFailure:
     """The group gave up on the records [start, end) (recorded, fenced, before the on-failure
-    record is sent); the next runner sends the record if this one could not."""
+    record is sent); the next runner sends the record if this one could not. With lanes,
+    the records of lane ``lane`` in that range."""
 
     start: int
     end: int
     condition: str
     attempts: int
     function_error: str | None
+    lane: int = 0
 
     def attribute(self) -> dict[str, Any]:
         value: dict[str, Any] = {
@@ -191,7 +204,7 @@ class PendingFailure:
         return {"M": value}
 
     @classmethod
-    def from_value(cls, value: Mapping[str, Any]) -> PendingFailure:
+    def from_value(cls, value: Mapping[str, Any], lane: int = 0) -> PendingFailure:
         error = value.get("functionError")
         return cls(
             int(value["start"]),
@@ -199,11 +212,107 @@ class PendingFailure:
             str(value["condition"]),
             int(value["attempts"]),
             str(error) if error is not None else None,
+            lane,
+        )
+
+
+class Clauses(NamedTuple):
+    sets: tuple[str, ...]
+    removes: tuple[str, ...]
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LaneProgress:
+    """What a restart of a Lambda group's partition needs beyond its checkpoint: each lane's
+    batch being retried and give-up not yet sent (by lane), for the parallelization factor
+    they were written with (a lane means nothing under another factor)."""
+
+    factor: int = 1
+    retries: Mapping[int, RetryState] = field(default_factory=dict)
+    pending: Mapping[int, PendingFailure] = field(default_factory=dict)
+
+    def _flat(self) -> Clauses:
+        """Factor 1, one lane: the item's own attributes (``retryStartSeq``, ...,
+        ``pendingOnFailure``), as before lanes."""
+        retry, pending = self.retries.get(0), self.pending.get(0)
+        sets: list[str] = []
+        removes = ["#lanes"]
+        values: dict[str, Any] = {}
+        if retry is None:
+            removes += _RETRY_ATTRIBUTES
+        else:
+            sets += ["#rstart = :rstart", "#rend = :rend", "#rsize = :rsize"]
+            sets.append("#rattempts = :rattempts")
+            values |= {
+                ":rstart": n(retry.start),
+                ":rend": n(retry.end),
+                ":rsize": n(retry.size),
+                ":rattempts": n(retry.attempts),
+            }
+        if pending is None:
+            removes.append("#pf")
+        else:
+            sets.append("#pf = :pf")
+            values[":pf"] = pending.attribute()
+        return Clauses(tuple(sets), tuple(removes), values)
+
+    def _mapped(self) -> Clauses:
+        """Factor 2 to 10: one map, ``laneProgress`` = {factor, lanes: {lane: {retry,
+        pending}}}, written whole by the one runner that holds the lease."""
+        removes = (*_RETRY_ATTRIBUTES, "#pf")
+        lanes: dict[str, Any] = {}
+        for lane in sorted({*self.retries, *self.pending}):
+            value: dict[str, Any] = {}
+            if lane in self.retries:
+                value["retry"] = self.retries[lane].attribute()
+            if lane in self.pending:
+                value["pending"] = self.pending[lane].attribute()
+            lanes[str(lane)] = {"M": value}
+        if not lanes:
+            return Clauses((), (*removes, "#lanes"), {})
+        attribute = {"M": {"factor": n(self.factor), "lanes": {"M": lanes}}}
+        return Clauses(("#lanes = :lanes",), removes, {":lanes": attribute})
+
+    def clauses(self) -> Clauses:
+        """The SET and REMOVE clauses that store it (the other layout's attributes removed,
+        so a factor changed between runs leaves nothing stale)."""
+        return self._flat() if self.factor == 1 else self._mapped()
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> LaneProgress:
+        mapped = item.get(C.ATTR_LANE_PROGRESS)
+        if mapped is not None:
+            lanes = {int(k): v for k, v in mapped.get("lanes", {}).items()}
+            return cls(
+                int(mapped["factor"]),
+                {k: RetryState.from_value(v["retry"]) for k, v in lanes.items() if "retry" in v},
+                {
+                    k: PendingFailure.from_value(v["pending"], k)
+                    for k, v in lanes.items()
+                    if "pending" in v
+                },
+            )
+        pending = item.get(C.ATTR_PENDING_FAILURE)
+        retry = None
+        if C.ATTR_RETRY_START in item:
+            names = {
+                "start": C.ATTR_RETRY_START,
+                "end": C.ATTR_RETRY_END,
+                "size": C.ATTR_RETRY_SIZE,
+                "attempts": C.ATTR_RETRY_ATTEMPTS,
+            }
+            retry = RetryState.from_value({k: item[a] for k, a in names.items() if a in item})
+        return cls(
+            1,
+            {0: retry} if retry is not None else {},
+            {0: PendingFailure.from_value(pending)} if pending is not None else {},
         )
 
 
 class LambdaProgress:
-    """A Lambda group's checkpoint, retry state and pending give-up on its lease items.
+    """A Lambda group's checkpoint and lane progress (retry states, pending give-ups) on its
+    lease items.
 
     Every write is fenced on the lease (and renews it) and returns the lease written;
     LeaseLostError when the fence refused it (nothing written)."""
@@ -211,72 +320,26 @@ class LambdaProgress:
     def __init__(self, leases: LeaseManager) -> None:
         self.leases = leases
 
-    def read(
-        self, group: str, partition_id: str
-    ) -> tuple[RetryState | None, PendingFailure | None]:
-        """A batch being retried, and a give-up whose record may not have been sent."""
+    def read(self, group: str, partition_id: str) -> LaneProgress:
+        """The batches being retried, and give-ups whose records may not have been sent."""
         response = self.leases.clients.dynamodb.get_item(
             TableName=self.leases.table_name,
             Key=consumer_key(group, partition_id),
             ConsistentRead=True,
         )
-        item = from_ddb(response.get("Item", {}))
-        pending = item.get(C.ATTR_PENDING_FAILURE)
-        failure = PendingFailure.from_value(pending) if pending is not None else None
-        if C.ATTR_RETRY_START not in item:
-            return None, failure
-        start, end = int(item[C.ATTR_RETRY_START]), int(item[C.ATTR_RETRY_END])
-        retry = RetryState(
-            start,
-            end,
-            int(item.get(C.ATTR_RETRY_SIZE, end - start)),
-            int(item.get(C.ATTR_RETRY_ATTEMPTS, 0)),
-        )
-        return retry, failure
+        return LaneProgress.from_item(from_ddb(response.get("Item", {})))
 
-    def checkpoint(self, lease: Lease, next_seq: str, *, clear_retry: bool) -> Lease:
-        """The checkpoint; it clears a pending give-up (sent), and with ``clear_retry`` the
-        retry state (the failed batch is all through)."""
-        update = self._checkpoint_update(lease, next_seq)
-        removes = (*_RETRY_ATTRIBUTES, "#pf") if clear_retry else ("#pf",)
-        return self._send(lease, update.extended(removes=removes))
-
-    def record_retry_state(
-        self, lease: Lease, retry: RetryState, *, checkpoint: int | None
-    ) -> Lease:
-        """The retry state (and the checkpoint before it, when given; else a renewal)."""
+    def save(self, lease: Lease, progress: LaneProgress, *, checkpoint: int | None) -> Lease:
+        """The lane progress as it now stands (whole: what is not in it is removed), with the
+        checkpoint when given, else a renewal of the lease."""
         if checkpoint is not None:
-            base = self._checkpoint_update(lease, str(checkpoint))
+            base = self.leases.checkpoint_update(
+                lease, str(checkpoint), now_ms=self.leases.clock.now_ms()
+            )
         else:
             base = self.leases.renew_update(lease)
-        update = base.extended(
-            removes=("#pf",),
-            sets=(
-                "#rstart = :rstart",
-                "#rend = :rend",
-                "#rsize = :rsize",
-                "#rattempts = :rattempts",
-            ),
-            values={
-                ":rstart": n(retry.start),
-                ":rend": n(retry.end),
-                ":rsize": n(retry.size),
-                ":rattempts": n(retry.attempts),
-            },
-        )
-        return self._send(lease, update)
-
-    def record_give_up(self, lease: Lease, pending: PendingFailure) -> Lease:
-        """The give-up, before its on-failure record is sent (checkpoint at its start)."""
-        update = self._checkpoint_update(lease, str(pending.start))
-        return self._send(
-            lease, update.extended(sets=("#pf = :pf",), values={":pf": pending.attribute()})
-        )
-
-    def _checkpoint_update(self, lease: Lease, checkpoint: str) -> Update:
-        return self.leases.checkpoint_update(lease, checkpoint, now_ms=self.leases.clock.now_ms())
-
-    def _send(self, lease: Lease, update: Update) -> Lease:
+        clauses = progress.clauses()
+        update = base.extended(sets=clauses.sets, removes=clauses.removes, values=clauses.values)
         outcome = update_item(self.leases.clients, update)
         if not outcome.written or outcome.item is None:
             raise LeaseLostError(lease.group, lease.partition_id, "fenced by leaseCounter")

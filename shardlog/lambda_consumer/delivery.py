@@ -1,46 +1,55 @@
 """Delivery of a Lambda consumer group's partition while the runner holds its lease: the
-position, the batches, and what a failure does (steps 3 and 4 of shardlog/lambda_consumer/
-runner.py, whose docstring states the whole protocol).
+position, the lanes, the batches, and what a failure does (steps 3 and 4 of
+shardlog/lambda_consumer/runner.py, whose docstring states the whole protocol).
 
 This module owns every delivery decision: the batch (``batch_size``, the batching window,
-``filter_criteria``, ``maximum_record_age_s``), the invocation and its answer (partial
-batch responses), the retry policy (bisect, attempts, backoff,
-``maximum_retry_attempts``), the give-up and its on-failure record, and when to stop
-before the runner's timeout. Batching changes (parallel lanes, filters, tumbling windows)
-belong here.
+``filter_criteria``, ``maximum_record_age_s``), the lanes (``parallelization_factor``:
+which batches may be in flight at once, shardlog/lambda_consumer/lanes.py), the
+invocation and its answer (partial batch responses), the retry policy (bisect, attempts,
+backoff, ``maximum_retry_attempts``), the give-up and its on-failure record, and when to
+stop before the runner's timeout. Batching changes (tumbling windows) belong here.
 
 It does not own the lease protocol (the runner takes, releases and re-checks) nor a
 request: every write is fenced on the lease and made by the data-access layer
-(``LambdaProgress`` in shardlog/dal/consumers.py: checkpoint, retry state, give-up; the
-lease's own SHARD_END checkpoint in shardlog/lease.py). A refused write raises
-LeaseLostError, which stops the session at once.
+(``LambdaProgress`` in shardlog/dal/consumers.py: the checkpoint with every lane's retry
+state and pending give-up; the lease's own SHARD_END checkpoint in shardlog/lease.py). A
+refused write raises LeaseLostError, which stops the session at once.
 
-Order (why it is safe): the retry state is written before each retry, so a restart
-resumes it; a give-up is written before its on-failure record is sent, so a runner that
-lost its lease is refused before it sends anything, and a give-up found pending is sent
-(uninvoked) by the next runner; the checkpoint passes a record only once it was delivered,
-given up on, or filtered out (shardlog/lambda_consumer/filters.py: the filters apply to
-each batch the feed returns; a batch none of whose records is kept invokes nothing and is
-checkpointed past, one fenced write, as a delivered batch).
+One thread decides and writes: the session's. Invocations run in up to
+``parallelization_factor`` threads (``InFlight``; at factor 1 in the session's thread),
+and their answers come back to the session, which handles them one at a time.
+
+Order (why it is safe): each lane invokes its records in log order, one batch at a time;
+the checkpoint is the lowest seq not done over the lanes, written (with the lanes'
+progress) after each answer, so it passes a record only once it was delivered or given
+up on or filtered out (shardlog/lambda_consumer/filters.py: a record the group's filters
+do not keep enters no lane, so the checkpoint passes it with the records around it; when
+nothing taken was kept, one fenced checkpoint write moves past them, invoking nothing); a
+lane's retry state is written before its retry, so a restart resumes it; a
+give-up is written before its on-failure record is sent, so a runner that lost its lease
+is refused before it sends anything, and a give-up found pending is sent (uninvoked) by
+the next runner.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from shardlog import constants as C
-from shardlog.dal.consumers import PendingFailure, RetryState
+from shardlog.dal.consumers import LaneProgress, PendingFailure, RetryState
 from shardlog.format import LogRecord
 from shardlog.lambda_consumer.destinations import (
     RECORD_AGE_EXCEEDED,
     RETRIES_EXHAUSTED,
     FailedBatch,
 )
-from shardlog.lambda_consumer.events import Answer, interpret, kinesis_event
+from shardlog.lambda_consumer.events import Answer, InvokeResult, interpret, kinesis_event
 from shardlog.lambda_consumer.feed import FedRecord, LogFeed
 from shardlog.lambda_consumer.filters import BatchFilter
+from shardlog.lambda_consumer.invoke import InFlight
+from shardlog.lambda_consumer.lanes import Lane, Lanes
 from shardlog.lambda_consumer.report import Outcome, RunReport
 from shardlog.tables import Lease, PartitionInfo
 
@@ -68,8 +77,8 @@ class Session:
         self.remaining_ms = remaining_ms
         self.partition_id = lease.partition_id
         self.feed: LogFeed
-        self.retry: RetryState | None = None
-        self.pending: PendingFailure | None = None
+        self.lanes: Lanes
+        self.in_flight: InFlight
         self.shard_end = False
         self.progress = runner.progress
         self.filter = BatchFilter(self.consumer.criteria())
@@ -87,68 +96,156 @@ class Session:
         self.feed = LogFeed(
             self.runner.reader.store, self.runner.tables, self.partition_id, position
         )
+        progress: LaneProgress | None = None
+        if checkpoint is not None and not self.shard_end:
+            progress = self.progress.read(self.runner.group, self.partition_id)
+        factor = self.consumer.parallelization_factor
+        self.lanes = Lanes(factor, self.consumer.batch_size, position, progress)
+        self.saved_at = position  # the checkpoint last written
+        if self.lanes.dropped:
+            logger.warning(
+                "%s/%s: retries and give-ups recorded at another parallelization factor are "
+                "dropped; their records are delivered again from checkpoint %d",
+                self.runner.group,
+                self.partition_id,
+                position,
+            )
         if checkpoint is None:  # durable before anything is invoked: a takeover starts here too
-            self._checkpoint(position, clear_retry=False)
-        elif not self.shard_end:
-            self.retry, self.pending = self.progress.read(self.runner.group, self.partition_id)
+            self._save(checkpoint=True)
+
+    @property
+    def position(self) -> int:
+        """The checkpoint as it stands: the lowest seq not done."""
+        return self.lanes.checkpoint()
+
+    @property
+    def retrying(self) -> bool:
+        """A batch is being retried, or a give-up waits to be sent."""
+        return self.lanes.retrying
+
+    def oldest_undelivered(self) -> LogRecord | None:
+        """The record at the checkpoint (read when it is not held), None when there is none."""
+        held = self.lanes.oldest()
+        if held is not None:
+            return held
+        fed = self.feed.peek(1, refresh=False) or self.feed.peek(1)
+        return fed[0].record if fed else None
 
     # --- 4. batches ----------------------------------------------------------------------
     def deliver(self) -> None:
-        try:
+        with InFlight(self.runner.invoker, self.lanes.factor) as in_flight:
+            self.in_flight = in_flight
             self._deliver()
-        except _Stop:
-            self.report.outcome = Outcome.STOPPED
 
     def _deliver(self) -> None:
-        if self.pending is not None:  # a previous runner gave up and may not have sent it
-            self._send_pending(self.pending)
+        """Until caught up, finished, or out of time: take records into the lanes, start
+        what each idle lane can, handle the answers; wait when nothing can start."""
         while not self.shard_end:
+            self._answers(wait_s=0)
             if self.remaining_ms() < self.consumer.function_timeout_ms + STOP_MARGIN_MS:
+                if self.in_flight:  # none starts now; those in flight land first
+                    self._answers(wait_s=None)
+                    continue
                 self.report.outcome = Outcome.STOPPED
                 return
-            batch = self._next_batch()
-            if batch is None:
-                return  # caught up, waiting on the window past the deadline, or finished
-            end = batch[-1].seq + 1
-            batch = self._drop_expired(self._kept(batch))
-            if batch:
-                self._invoke(batch, end)
-            elif self.feed.position < end:  # all filtered out (or given up): move past them
-                self._advance(end)
-
-    def _next_batch(self) -> list[LogRecord] | None:
-        if self.retry is not None:
-            self.feed.seek(self.retry.start)
-            fed = self.feed.peek(min(self.retry.size, self.retry.end - self.retry.start))
-            return [f.record for f in fed]
-        while True:
-            fed = self.feed.peek(self.consumer.batch_size)
-            if not fed:
-                if self.feed.at_end:
+            self._take()
+            waits = [w for lane in self.lanes if (w := self._step(lane)) is not None]
+            if self.in_flight:
+                self._answers(wait_s=min([*waits, 1_000]) / 1000 if waits else None)
+            elif waits and min(waits) > 0:
+                if not self._wait(min(waits)):
+                    return
+            elif not waits:
+                if self.lanes.empty and self.feed.at_end:
                     self._finish_shard()
+                elif self.lanes.checkpoint() > self.saved_at:
+                    self._save(checkpoint=True)  # past records all filtered out
                 self.report.outcome = Outcome.FINISHED if self.shard_end else Outcome.CAUGHT_UP
-                return None
-            if len(fed) >= self.consumer.batch_size or self.feed.ended:
-                return [f.record for f in fed]
-            wait_ms = self._window_left(fed)
-            if wait_ms <= 0:
-                return [f.record for f in fed]
-            if self.remaining_ms() - wait_ms < self.consumer.function_timeout_ms + STOP_MARGIN_MS:
-                self.report.outcome = Outcome.STOPPED
-                return None
-            self.clock.sleep(min(wait_ms, 1_000) / 1000)  # then look for more commits
+                return
 
-    def _window_left(self, fed: Sequence[FedRecord]) -> int:
-        window = self.consumer.batching_window_ms
-        return 0 if window == 0 else fed[0].committed_at_ms + window - self.clock.now_ms()
+    def _wait(self, wait_ms: int) -> bool:
+        """Nothing can start for ``wait_ms`` (a batching window, a backoff): wait, unless the
+        wait would leave too little time for one more invocation (then stop: the retry
+        state is saved, the next run resumes it)."""
+        if self.remaining_ms() - wait_ms < self.consumer.function_timeout_ms + STOP_MARGIN_MS:
+            self.report.outcome = Outcome.STOPPED
+            return False
+        self.clock.sleep(min(wait_ms, 1_000) / 1000)  # then look for more commits
+        return True
 
-    def _kept(self, batch: list[LogRecord]) -> list[LogRecord]:
-        """The records the group's filters keep (all of them without filters)."""
-        kept = self.filter.keep(batch)
+    def _take(self) -> None:
+        """Read ahead from the log into the lanes, while a lane wants records and there is
+        room (a lane still reading up to its retried batch's end takes no room: it holds
+        at most one batch)."""
+        size = self.consumer.batch_size
+        room = self.lanes.limit - sum(
+            len(lane.waiting) for lane in self.lanes if not self._reading_to_end(lane)
+        )
+        wanted = any(self._reading_to_end(lane) for lane in self.lanes) or any(
+            lane.retry is None
+            and lane.pending is None
+            and len(lane.waiting) < size * (2 if lane.in_flight else 1)
+            for lane in self.lanes
+        )
+        if room <= 0 or not wanted:
+            return
+        fed = self.feed.peek(room)
+        self.feed.take(len(fed))
+        kept = {r.seq for r in self.filter.keep([f.record for f in fed])}
         self.report.filtered_out = self.filter.filtered_out
-        return kept
+        for record in fed:
+            self.lanes.add(record, kept=record.record.seq in kept)
 
-    def _drop_expired(self, batch: list[LogRecord]) -> list[LogRecord]:
+    def _reading_to_end(self, lane: Lane) -> bool:
+        """A retried batch or a pending give-up of the lane is not all read yet."""
+        end = lane.pending.end if lane.pending else lane.retry.end if lane.retry else None
+        return end is not None and self.lanes.frontier < end
+
+    def _step(self, lane: Lane) -> int | None:
+        """Start what the lane can: 0 when it did something, else the ms until it may (a
+        window, a backoff), or None when it has nothing to do now."""
+        if lane.in_flight:
+            return None
+        if lane.pending is not None:
+            if self._reading_to_end(lane):
+                return None
+            self._send_pending(lane, lane.pending)
+            return 0
+        if lane.retry is not None:
+            return self._retry(lane, lane.retry)
+        fed = lane.records(self.consumer.batch_size)
+        if not fed:
+            return None
+        wait_ms = self._window_left(fed)
+        if wait_ms > 0:
+            return wait_ms
+        self._start(lane, [f.record for f in fed])
+        return 0
+
+    def _retry(self, lane: Lane, retry: RetryState) -> int | None:
+        wait_ms = lane.not_before_ms - self.clock.now_ms()
+        if wait_ms > 0:
+            return wait_ms
+        fed = lane.records(retry.size, below=retry.end)
+        if len(fed) < retry.size and self._reading_to_end(lane):
+            return None
+        if not fed:  # nothing of the lane left in the range: the retry is over
+            lane.retry = None
+            return 0
+        self._start(lane, [f.record for f in fed])
+        return 0
+
+    def _window_left(self, fed: list[FedRecord]) -> int:
+        """0 when the batch goes now: full, nothing more can come (the partition ended and
+        all is read, or the read-ahead is full), or no window or the window is over."""
+        window = self.consumer.batching_window_ms
+        if len(fed) >= self.consumer.batch_size or window == 0 or self.lanes.room <= 0:
+            return 0
+        if self.feed.ended and self.lanes.frontier >= self.feed.head:
+            return 0
+        return fed[0].committed_at_ms + window - self.clock.now_ms()
+
+    def _drop_expired(self, lane: Lane, batch: list[LogRecord]) -> list[LogRecord]:
         """Records past the maximum record age go to the destination, uninvoked."""
         max_age_s = self.consumer.maximum_record_age_s
         if max_age_s < 0:
@@ -158,12 +255,13 @@ class Session:
         if not expired:
             return batch
         expired = batch[: batch.index(expired[-1]) + 1]  # a prefix: arrival never decreases
-        self._give_up(expired, RECORD_AGE_EXCEEDED, attempts=0, function_error=None)
+        self._give_up(lane, expired, RECORD_AGE_EXCEEDED, attempts=0, function_error=None)
         return batch[len(expired) :]
 
-    def _invoke(self, batch: list[LogRecord], end: int) -> None:
-        """Invoke the function with ``batch``: the kept records of the fed ones before
-        ``end``; a success checkpoints at ``end``, past the filtered-out ones too."""
+    def _start(self, lane: Lane, batch: list[LogRecord]) -> None:
+        batch = self._drop_expired(lane, batch)
+        if not batch:
+            return
         runner = self.runner
         event = kinesis_event(
             batch,
@@ -172,30 +270,44 @@ class Session:
             invoke_identity_arn=f"shardlog:lambda-consumer:{self.runner.group}",
         )
         self.report.invocations += 1
-        result = runner.invoker.invoke(event, self.consumer.function_timeout_ms)
+        lane.in_flight = True
+        self.in_flight.start((lane, batch), event, self.consumer.function_timeout_ms)
+
+    def _answers(self, wait_s: float | None) -> None:
+        answers = self.in_flight.answers(wait_s)
+        for (lane, batch), result in sorted(answers, key=lambda a: a[0][0].index):
+            lane.in_flight = False
+            self._answered(lane, batch, result)
+
+    def _answered(self, lane: Lane, batch: list[LogRecord], result: InvokeResult) -> None:
         answer = interpret(
             result, batch, partial_responses=self.consumer.report_batch_item_failures
         )
         if answer.ok:
             self.report.delivered += len(batch)
-            self._advance(end)
+            lane.done(len(batch))
+            self._advance(lane)
             return
         self.report.failed_invocations += 1
-        self._failed(batch, answer, result.function_error)
+        self._failed(lane, batch, answer, result.function_error)
 
-    def _failed(self, batch: list[LogRecord], answer: Answer, function_error: str | None) -> None:
+    def _failed(
+        self, lane: Lane, batch: list[LogRecord], answer: Answer, function_error: str | None
+    ) -> None:
         assert answer.failed_from is not None
         logger.warning(
-            "%s/%s: batch [%d, %d] failed: %s",
+            "%s/%s: batch [%d, %d]%s failed: %s",
             self.runner.group,
             self.partition_id,
             batch[0].seq,
             batch[-1].seq,
+            f" of lane {lane.index}" if self.lanes.factor > 1 else "",
             answer.reason,
         )
         done, rest = batch[: answer.failed_from], batch[answer.failed_from :]
         self.report.delivered += len(done)
-        previous = self.retry or RetryState(batch[0].seq, batch[-1].seq + 1, len(batch), 0)
+        lane.done(len(done))
+        previous = lane.retry or RetryState(batch[0].seq, batch[-1].seq + 1, len(batch), 0)
         split = (
             answer.failed_from == 0
             and self.consumer.bisect_batch_on_function_error
@@ -205,51 +317,54 @@ class Session:
             state = RetryState(rest[0].seq, previous.end, len(rest) // 2, previous.attempts)
         else:
             state = RetryState(rest[0].seq, previous.end, len(rest), previous.attempts + 1)
+        lane.retry = state
         limit = self.consumer.maximum_retry_attempts
         if limit >= 0 and state.attempts > limit:
-            self.retry = state
             self._give_up(
-                rest, RETRIES_EXHAUSTED, attempts=state.attempts, function_error=function_error
+                lane,
+                rest,
+                RETRIES_EXHAUSTED,
+                attempts=state.attempts,
+                function_error=function_error,
             )
             return
-        self._write_retry(state, checkpoint=rest[0].seq if done else None)
-        self._backoff(state.attempts)
+        lane.not_before_ms = self.clock.now_ms() + self._backoff_ms(state.attempts)
+        self._save(checkpoint=bool(done))
 
-    def _backoff(self, attempts: int) -> None:
+    def _backoff_ms(self, attempts: int) -> int:
         if attempts == 0:
-            return
-        delay_ms = min(
+            return 0
+        return min(
             self.consumer.retry_max_delay_ms,
             self.consumer.retry_base_delay_ms * 2 ** (attempts - 1),
         )
-        if self.remaining_ms() - delay_ms < self.consumer.function_timeout_ms + STOP_MARGIN_MS:
-            raise _Stop  # the retry state is saved: the next run resumes it
-        self.clock.sleep(delay_ms / 1000)
 
     def _give_up(
-        self, records: list[LogRecord], condition: str, *, attempts: int, function_error: str | None
+        self,
+        lane: Lane,
+        records: list[LogRecord],
+        condition: str,
+        *,
+        attempts: int,
+        function_error: str | None,
     ) -> None:
         """Fenced first, then the destination: a runner that lost its lease (a zombie) is
         refused before it sends anything, and a give-up once recorded is sent by whichever
         runner holds the lease (at least once: a crash after sending sends it again)."""
         pending = PendingFailure(
-            records[0].seq, records[-1].seq + 1, condition, attempts, function_error
+            records[0].seq, records[-1].seq + 1, condition, attempts, function_error, lane.index
         )
         self._record_give_up(pending)
-        self._send_pending(pending, records)
+        self._send_pending(lane, pending)
 
     def _record_give_up(self, pending: PendingFailure) -> None:
-        self._holding(self.progress.record_give_up(self.lease, pending))
-        self.pending = pending
+        self.lanes.lanes[pending.lane].pending = pending
+        self._save(checkpoint=True)
 
-    def _send_pending(
-        self, pending: PendingFailure, records: list[LogRecord] | None = None
-    ) -> None:
+    def _send_pending(self, lane: Lane, pending: PendingFailure) -> None:
+        """Send the give-up's records (the lane's, from its front to ``pending.end``)."""
         runner = self.runner
-        if records is None:  # its records once more, without those filtered out
-            self.feed.seek(pending.start)
-            fed = [f.record for f in self.feed.peek(pending.end - pending.start)]
-            records = self._kept(fed) or fed  # none kept: the filters changed since; send all
+        records = [f.record for f in lane.records(len(lane.waiting), below=pending.end)]
         if runner.destination is not None:
             runner.destination.send(
                 FailedBatch(
@@ -274,30 +389,30 @@ class Session:
             "" if runner.destination else " with no on-failure destination",
         )
         self.report.sent_to_destination += len(records)
-        self._advance(pending.end)
+        lane.done(len(records))
+        lane.pending = None
+        self._advance(lane)
 
-    def _advance(self, next_seq: int) -> None:
-        """Everything before ``next_seq`` is done: checkpoint it, and go on retrying the
-        rest of a failed batch (a fresh sub-batch, no attempt yet) or batch normally."""
-        retry = self.retry
+    def _advance(self, lane: Lane) -> None:
+        """The lane's records before its next one are done: checkpoint, and go on retrying
+        the rest of a failed batch (a fresh sub-batch, no attempt yet) or batch normally."""
+        retry = lane.retry
+        next_seq = lane.next_seq(self.lanes.frontier)
         if retry is not None and next_seq < retry.end:
-            self._write_retry(RetryState(next_seq, retry.end, retry.size, 0), checkpoint=next_seq)
+            lane.retry = RetryState(next_seq, retry.end, retry.size, 0)
         else:
-            self._checkpoint(next_seq, clear_retry=True)
+            lane.retry = None
+        lane.not_before_ms = 0
+        self._save(checkpoint=True)
 
     # --- fenced writes (shardlog/dal/consumers.py) ------------------------------------
-    def _checkpoint(self, next_seq: int, *, clear_retry: bool) -> None:
-        self._holding(self.progress.checkpoint(self.lease, str(next_seq), clear_retry=clear_retry))
-        self.pending = None
-        if clear_retry:
-            self.retry = None
-        self.feed.seek(next_seq)
-
-    def _write_retry(self, retry: RetryState, *, checkpoint: int | None) -> None:
-        self._holding(self.progress.record_retry_state(self.lease, retry, checkpoint=checkpoint))
-        self.retry, self.pending = retry, None
-        if checkpoint is not None:
-            self.feed.seek(checkpoint)
+    def _save(self, *, checkpoint: bool) -> None:
+        """The lanes' progress, with the checkpoint (the lowest seq not done) when asked
+        for, else with a renewal of the lease."""
+        position = self.lanes.checkpoint() if checkpoint else None
+        self._holding(self.progress.save(self.lease, self.lanes.progress(), checkpoint=position))
+        if position is not None:
+            self.saved_at = position
 
     def _holding(self, lease: Lease) -> None:
         self.lease = lease
@@ -308,7 +423,3 @@ class Session:
         self._holding(self.runner.leases.checkpoint(self.lease, C.SHARD_END))
         self.shard_end = True
         logger.info("%s/%s: SHARD_END; waking its children", self.runner.group, self.partition_id)
-
-
-class _Stop(Exception):
-    """Stop delivering (the retry state is saved); handled by ``deliver``'s caller."""

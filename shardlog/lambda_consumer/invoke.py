@@ -1,4 +1,5 @@
-"""Calling the group's function: a real Lambda Invoke (``LambdaInvoker``).
+"""Calling the group's function: a real Lambda Invoke (``LambdaInvoker``), and up to a
+parallelization factor of them in flight at once (``InFlight``).
 
 Every ``Invoker`` answers an ``InvokeResult`` the runner interprets the same way; the local
 runtime's in-process one (shardlog/local/lambda_context.py, ``LocalInvoker``) too, so it
@@ -10,6 +11,7 @@ in the consumers table.
 from __future__ import annotations
 
 import json
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
 from botocore.config import Config
@@ -57,3 +59,46 @@ class LambdaInvoker:
         return InvokeResult(
             response.get("FunctionError"), response["Payload"].read(), response["StatusCode"]
         )
+
+
+class InFlight:
+    """The invocations of one delivery session in flight: up to ``factor`` at once, each
+    from a thread of its own (the Invoker is called from several threads at once: a boto3
+    client is safe for that, and holds 10 connections, Lambda's maximum factor); at
+    factor 1, in the caller's thread, as before lanes. Answers are taken in the caller's
+    thread only, so every write stays with the one thread that holds the lease."""
+
+    def __init__(self, invoker: Invoker, factor: int) -> None:
+        self.invoker = invoker
+        self._pool = ThreadPoolExecutor(factor, "lane") if factor > 1 else None
+        self._answered: list[tuple[Any, InvokeResult]] = []
+        self._running: dict[Future[InvokeResult], Any] = {}
+
+    def start(self, tag: Any, event: dict[str, Any], timeout_ms: int) -> None:
+        """Invoke with ``event``; its answer comes back with ``tag`` from ``answers``."""
+        if self._pool is None:
+            self._answered.append((tag, self.invoker.invoke(event, timeout_ms)))
+        else:
+            self._running[self._pool.submit(self.invoker.invoke, event, timeout_ms)] = tag
+
+    def __len__(self) -> int:
+        return len(self._answered) + len(self._running)
+
+    def answers(self, wait_s: float | None = 0) -> list[tuple[Any, InvokeResult]]:
+        """The answers in, waiting up to ``wait_s`` (None: for ever) for a first one when
+        none is in."""
+        if self._running and not self._answered:
+            finished, _ = wait(self._running, timeout=wait_s, return_when=FIRST_COMPLETED)
+            for future in finished:
+                self._answered.append((self._running.pop(future), future.result()))
+        answered, self._answered = self._answered, []
+        return answered
+
+    def __enter__(self) -> InFlight:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Leaving (done, stopped, or the lease lost): every invocation started has ended,
+        so none runs on behind the runner (the invoker's own timeout bounds the wait)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)

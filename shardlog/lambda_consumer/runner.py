@@ -35,6 +35,13 @@ Protocol (every write fenced on the group's ``leaseCounter``, as for worker grou
    The retry state is written (fenced) before each retry, so a runner restart resumes it.
    Before each invocation the runner checks it can finish one more (the function's
    timeout) before its own timeout; else it stops.
+
+   With ``parallelization_factor`` N above 1, the records are split into N lanes by
+   partition key hash (shardlog/lambda_consumer/lanes.py) and each lane does the above
+   for its own records, up to N invocations in flight at once, one per lane: each key's
+   records in order. The checkpoint is the lowest seq not done over the lanes, so it never
+   passes a record not delivered (or given up on); each lane's retry state and pending
+   give-up are written with it (``laneProgress``), fenced, after every answer.
 5. **End.** Caught up with an ENDED partition: checkpoint ``SHARD_END``, then wake the
    children. Release the lease, **then** re-read the head: behind (stopped early, a retry
    pending, or a commit that raced the release): wake itself again. Release first, then
@@ -215,13 +222,12 @@ class Runner:
             )
             report.woke = children
             return report
-        position = feed.position
-        report.lag_records = max(0, head - position)
+        report.lag_records = max(0, head - session.position)
         if report.lag_records:
-            fed = feed.peek(1, refresh=False) or feed.peek(1)
-            if fed:
-                report.lag_ms = max(0, self.clock.now_ms() - fed[0].record.arrival_ms)
-        behind = report.lag_records > 0 or session.retry is not None or feed.at_end
+            oldest = session.oldest_undelivered()
+            if oldest is not None:
+                report.lag_ms = max(0, self.clock.now_ms() - oldest.arrival_ms)
+        behind = report.lag_records > 0 or session.retrying or feed.at_end
         if behind or report.outcome is Outcome.STOPPED:
             self.wakes.send(
                 [

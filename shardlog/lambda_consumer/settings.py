@@ -57,6 +57,9 @@ class LambdaConsumerSettings(BaseModel):
     function_name: str = Field(min_length=1, max_length=170)
     batch_size: int = Field(default=C.LAMBDA_CONSUMER_BATCH_SIZE, ge=1, le=10_000)
     batching_window_ms: int = Field(default=0, ge=0, le=300_000)
+    # Lambda's ParallelizationFactor: up to this many batches of one partition in flight at
+    # once, each partition key in one lane and in order (shardlog/lambda_consumer/lanes.py).
+    parallelization_factor: int = Field(default=1, ge=1, le=10)
     starting_position: StartingPosition = StartingPosition.TRIM_HORIZON
     starting_position_timestamp_ms: int | None = Field(default=None, ge=0)
     # -1: retry forever (the partition waits); shardlog's default is finite, since the log

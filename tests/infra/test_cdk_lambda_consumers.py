@@ -264,10 +264,10 @@ def _settings(tmp_path: Path, value: Any, **more: Any) -> StackSettings:
 
 
 def test_groups_come_from_context_in_camel_case(tmp_path: Path) -> None:
-    [group] = _settings(
-        tmp_path, json.dumps([{"group": "g", "functionName": "f", "batchingWindowMs": 500}])
-    ).lambda_consumers
+    raw = {"group": "g", "functionName": "f", "batchingWindowMs": 500, "parallelizationFactor": 10}
+    [group] = _settings(tmp_path, json.dumps([raw])).lambda_consumers
     assert (group.group, group.function_name, group.batching_window_ms) == ("g", "f", 500)
+    assert group.parallelization_factor == 10
 
 
 def test_filter_criteria_come_from_context_as_lambda_writes_them(tmp_path: Path) -> None:
@@ -309,6 +309,8 @@ def test_filter_criteria_come_from_context_as_lambda_writes_them(tmp_path: Path)
             [{"group": "g", "functionName": "f", "filterCriteria": [{"pattern": "{}"}] * 6}],
             "filterCriteria: 6 filters: at most 5",
         ),
+        ([{"group": "g", "functionName": "f", "parallelizationFactor": 0}], "parallelization"),
+        ([{"group": "g", "functionName": "f", "parallelizationFactor": 11}], "parallelization"),
         ([{"group": "$ingest", "functionName": "f"}], "group '$ingest'"),
         (
             [{"group": "g", "functionName": "f"}, {"group": "g", "functionName": "h"}],

@@ -32,6 +32,7 @@ def refused(**changes: Any) -> str:
     [
         ("batch_size", [1, 10_000], [0, 10_001]),
         ("batching_window_ms", [0, 300_000], [-1, 300_001]),
+        ("parallelization_factor", [1, 10], [0, 11]),
         ("maximum_retry_attempts", [-1, 0, 10_000], [-2, 10_001]),
         ("maximum_record_age_s", [-1, 60, 604_800], [-2, 0, 59, 604_801]),
         ("function_timeout_ms", [1_000, 900_000], [999, 900_001]),

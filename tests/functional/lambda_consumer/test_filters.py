@@ -5,6 +5,8 @@ their edge, and the group's EventCount / FilteredOutEventCount / DroppedEventCou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import json
 from typing import Any
 
@@ -76,6 +78,11 @@ def test_filtered_out_records_never_reach_the_function_and_are_checkpointed_past
     assert checkpoint(aws, "billing") == "12"  # past the sells at the end too
 
 
+def no_more(counts: Mapping[str, int], than: Mapping[str, int]) -> bool:
+    """No operation counted more often than in ``than``."""
+    return all(count <= than.get(operation, 0) for operation, count in counts.items())
+
+
 def test_a_batch_of_only_filtered_out_records_invokes_nothing_and_is_one_checkpoint(
     aws: AwsEnv, clock: ManualClock
 ) -> None:
@@ -96,8 +103,8 @@ def test_a_batch_of_only_filtered_out_records_invokes_nothing_and_is_one_checkpo
     )
     assert (report.delivered, report.invocations, checkpoint(aws, "filtered")) == (0, 0, "4")
     assert run(everything).delivered == 4
-    # The same requests as a delivered batch ...
-    assert requests["filtered"].snapshot() == requests["everything"].snapshot()
+    # No more requests than a delivered batch ...
+    assert no_more(requests["filtered"].snapshot(), requests["everything"].snapshot())
     # ... and, for a group under way, one fenced UpdateItem between its take and release.
     append(aws, P, orders("sell", "sell", "sell", "sell", start=4))
     for counter in requests.values():
@@ -105,7 +112,7 @@ def test_a_batch_of_only_filtered_out_records_invokes_nothing_and_is_one_checkpo
     again = run(runner, "r2")
     assert (again.filtered_out, again.invocations, checkpoint(aws, "filtered")) == (4, 0, "8")
     assert run(everything, "r2").delivered == 4
-    assert requests["filtered"].snapshot() == requests["everything"].snapshot()
+    assert no_more(requests["filtered"].snapshot(), requests["everything"].snapshot())
     assert (
         requests["filtered"].by_operation["dynamodb.UpdateItem"] == 3
     )  # take, checkpoint, release

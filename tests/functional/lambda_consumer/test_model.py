@@ -1,9 +1,12 @@
 """A model of a Lambda consumer group under wakes, lost wakes, runner crashes, zombies,
 timeouts and a reshard: nothing is skipped, redeliveries only repeat from a checkpoint,
-each key keeps its produce order, and checkpoints never go backwards."""
+each key keeps its produce order, and checkpoints never go backwards. The same model at
+parallelization factor 4 (``LambdaConsumerLanesModel``): the same, lane by lane, with
+crashes and zombies between the lanes' checkpoints."""
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from typing import Any
 
@@ -13,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from shardlog import constants as C
 from shardlog.clock import ManualClock
+from shardlog.lambda_consumer.lanes import lane_of
 from shardlog.lambda_consumer.runner import Outcome, Runner
 from shardlog.tables import Tables
 from tests.support.aws import AwsEnv, make_env
@@ -21,11 +25,11 @@ from tests.support.lambda_consumers import Recorder, Seen, runner_for
 from tests.support.schedules import Tally
 
 ROOT, LEFT, RIGHT = "p0", "c1", "c2"
-KEYS = ("a", "b", "c")
 GROUP = "model"
 TALLY = Tally()
 # What every run must reach (scripts/soak.py prints the same counts for longer runs).
 MUST_REACH = ("crash", str(Outcome.LOST), str(Outcome.STOPPED), str(Outcome.NOT_READY), "split")
+LANES_MUST_REACH = (*MUST_REACH, "crash between lanes", "zombie between lanes")
 
 
 class RunnerKilled(BaseException):
@@ -50,9 +54,15 @@ class Killer:
 
 class LambdaConsumerModel(RuleBasedStateMachine):
     endpoint_url: str = ""
+    FACTOR = 1
+    KEYS: tuple[str, ...] = ("a", "b", "c")
+    CHILD_KEYS: dict[str, tuple[str, ...]] = {LEFT: ("a",), RIGHT: ("b",)}  # after the split
 
     def __init__(self) -> None:
         super().__init__()
+        self.lock = threading.Lock()  # the function is called from the runners' lanes
+        self.lane_seqs: dict[tuple[str, int], list[int]] = defaultdict(list)
+        self.run_from = 0  # the recorder's calls before the current run
         self.aws: AwsEnv = make_env(self.endpoint_url, 1)
         self.clock = ManualClock()
         self.produced: dict[str, int] = defaultdict(int)  # key -> records produced
@@ -62,7 +72,15 @@ class LambdaConsumerModel(RuleBasedStateMachine):
         self.ended: set[str] = set()
         self.recorder = Recorder(self._answer)
         self.runners = [
-            runner_for(self.aws, self.clock, self.recorder, GROUP, batch_size=b)[0] for b in (2, 5)
+            runner_for(
+                self.aws,
+                self.clock,
+                self.recorder,
+                GROUP,
+                batch_size=b,
+                parallelization_factor=self.FACTOR,
+            )[0]
+            for b in (2, 5)
         ]
         self.killers = [Killer(r) for r in self.runners]
         self.zombie_pending = False
@@ -73,8 +91,11 @@ class LambdaConsumerModel(RuleBasedStateMachine):
 
     # --- the function ----------------------------------------------------------------------
     def _answer(self, batch: list[Seen]) -> Any:
-        if self.zombie_pending:  # this invocation outlives its runner's lease
-            self.zombie_pending = False
+        with self.lock:
+            zombie, self.zombie_pending = self.zombie_pending, False
+        if zombie:  # this invocation outlives its runner's lease
+            if len(self._lanes_invoked()) > 1 or self._lanes_waiting(batch[0].partition_id) > 1:
+                TALLY.add("zombie between lanes")
             self.clock.advance(self.runners[0].consumer.lease_ms + 1)
             report = self.runners[1].run(
                 batch[0].partition_id, request_id="successor", remaining_ms=lambda: 900_000
@@ -91,11 +112,14 @@ class LambdaConsumerModel(RuleBasedStateMachine):
         open_partitions = self._open()
         partition = open_partitions[which % len(open_partitions)]
         records = []
-        for record in incoming_records(count, keys=KEYS):
-            key = (
-                record.partition_key
-                if not self.split
-                else (KEYS[0] if partition == LEFT else KEYS[1])
+        for i, record in enumerate(incoming_records(count, keys=self.KEYS)):
+            if self.split:
+                child_keys = self.CHILD_KEYS[partition]
+                key = child_keys[i % len(child_keys)]
+            else:
+                key = record.partition_key
+            self.lane_seqs[partition, lane_of(key, self.FACTOR)].append(
+                self.committed[partition] + i
             )
             n = self.counters[key]
             self.counters[key] += 1
@@ -131,10 +155,13 @@ class LambdaConsumerModel(RuleBasedStateMachine):
         def remaining_ms() -> int:
             return next(answers, 0) if time_left_ms else 900_000
 
+        self.run_from = len(self.recorder.calls)
         try:
             report = runner.run(partition, request_id=f"r{self.runs}", remaining_ms=remaining_ms)
         except RunnerKilled:
             TALLY.add("crash")
+            if len(self._lanes_invoked()) > 1:
+                TALLY.add("crash between lanes")
             return
         finally:
             self.runs += 1
@@ -174,18 +201,40 @@ class LambdaConsumerModel(RuleBasedStateMachine):
     def time_passes(self, ms: int) -> None:
         self.clock.advance(ms)
 
+    def _lanes_invoked(self) -> set[int]:
+        """The lanes the current run invoked so far."""
+        with self.recorder.lock:
+            calls = self.recorder.calls[self.run_from :]
+        return {lane_of(batch[0].key, self.FACTOR) for batch in calls}
+
+    def _lanes_waiting(self, partition: str) -> int:
+        delivered = set(self._deliveries(partition))
+        return sum(
+            1
+            for (p, _), seqs in self.lane_seqs.items()
+            if p == partition and not delivered >= set(seqs)
+        )
+
     # --- what must always hold ---------------------------------------------------------------
     def _deliveries(self, partition: str) -> list[int]:
         return self.recorder.seqs(partition)
 
     @invariant()
     def nothing_is_skipped_and_redeliveries_repeat_from_a_checkpoint(self) -> None:
+        """Lane by lane (one lane at factor 1): a delivery is at most one record past the
+        furthest delivered before it in its lane, in the lane's log order."""
         TALLY.add("steps")  # invariants run once per schedule, then after every step
-        for partition in (ROOT, LEFT, RIGHT):
+        for (partition, lane), seqs in self.lane_seqs.items():
+            place = {seq: i for i, seq in enumerate(seqs)}
             seen = -1
             for seq in self._deliveries(partition):
-                assert seq <= seen + 1, f"{partition}: delivered {seq} after at most {seen}: a skip"
-                seen = max(seen, seq)
+                if seq not in place:
+                    continue
+                assert place[seq] <= seen + 1, (
+                    f"{partition} lane {lane}: delivered {seq} after at most "
+                    f"{seqs[seen] if seen >= 0 else None}: a skip"
+                )
+                seen = max(seen, place[seq])
 
     @invariant()
     def checkpoints_never_go_backwards(self) -> None:
@@ -232,12 +281,25 @@ class LambdaConsumerModel(RuleBasedStateMachine):
             assert numbers == sorted(numbers), f"key {key} out of produce order: {numbers}"
 
 
-def test_lambda_consumer_model(endpoint_url: str) -> None:
-    LambdaConsumerModel.endpoint_url = endpoint_url
+class LambdaConsumerLanesModel(LambdaConsumerModel):
+    """Factor 4: the root's keys in three lanes, each child's in two."""
+
+    FACTOR = 4
+    KEYS = ("a", "e", "b", "d")  # lanes 1, 2, 3, 1
+    CHILD_KEYS = {LEFT: ("a", "e"), RIGHT: ("b", "d")}
+
+
+def _run(
+    machine: type[LambdaConsumerModel],
+    endpoint_url: str,
+    examples: int,
+    must_reach: tuple[str, ...],
+) -> None:
+    machine.endpoint_url = endpoint_url
     TALLY.reset()
-    run = LambdaConsumerModel.TestCase
+    run = machine.TestCase
     run.settings = settings(
-        max_examples=8,
+        max_examples=examples,
         stateful_step_count=16,
         deadline=None,
         derandomize=True,
@@ -245,5 +307,13 @@ def test_lambda_consumer_model(endpoint_url: str) -> None:
     )
     run().runTest()
     # The model reaches the dangerous schedules, not only the happy path.
-    assert not TALLY.missing(MUST_REACH), f"never reached {TALLY.missing(MUST_REACH)}: {TALLY}"
-    print(f"lambda consumer model: {dict(TALLY.counts)}")
+    assert not TALLY.missing(must_reach), f"never reached {TALLY.missing(must_reach)}: {TALLY}"
+    print(f"{machine.__name__}: {dict(TALLY.counts)}")
+
+
+def test_lambda_consumer_model(endpoint_url: str) -> None:
+    _run(LambdaConsumerModel, endpoint_url, 8, MUST_REACH)
+
+
+def test_lambda_consumer_lanes_model(endpoint_url: str) -> None:
+    _run(LambdaConsumerLanesModel, endpoint_url, 8, LANES_MUST_REACH)
