@@ -697,6 +697,14 @@ MUTATIONS = (
             "tests/functional/lambda_consumer/test_lanes.py",
         ),
     ),
+    Mutation(
+        "runner-environment-check",
+        "synth's refusal of a group whose filters overflow the runner's 4 KB environment",
+        "infra/lambda_consumers.py",
+        "if size > LAMBDA_ENVIRONMENT_BYTES:",
+        "if False:",
+        ("tests/infra/test_cdk_lambda_consumers.py",),
+    ),
 )
 
 

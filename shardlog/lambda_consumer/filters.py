@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator as ops
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -69,8 +70,8 @@ METADATA_KEYS: Final = (
 )
 STRING_OPERATORS: Final = ("prefix", "suffix", "equals-ignore-case")
 OPERATORS: Final = (*STRING_OPERATORS, "anything-but", "numeric", "exists")
-LOWER: Final = {">": lambda v, n: v > n, ">=": lambda v, n: v >= n}
-UPPER: Final = {"<": lambda v, n: v < n, "<=": lambda v, n: v <= n}
+LOWER: Final[dict[str, Callable[[Any, Any], bool]]] = {">": ops.gt, ">=": ops.ge}
+UPPER: Final[dict[str, Callable[[Any, Any], bool]]] = {"<": ops.lt, "<=": ops.le}
 
 _MISSING: Final = object()  # a field the record does not have
 _NOT_JSON: Final = object()  # data that is not UTF-8 JSON
@@ -418,12 +419,12 @@ def _numeric(argument: Any, where: str) -> Rule:
             where, 'must be ["=", n], [op, n] or [op, n, op, n] (op one of >, >=, <, <=)'
         )
     pairs = [(argument[i], argument[i + 1]) for i in range(0, len(argument), 2)]
-    checks: list[Callable[[Any], bool]] = []
+    checks: list[tuple[Callable[[Any, Any], bool], float]] = []
     bounds: dict[str, tuple[str, float]] = {}
     for operator, value in pairs:
         number = _number(value, where)
         if operator == "=" and len(pairs) == 1:
-            checks.append(lambda v, n=number: v == n)
+            checks.append((ops.eq, number))
             continue
         side = "lower" if operator in LOWER else "upper" if operator in UPPER else None
         if side is None:
@@ -433,13 +434,12 @@ def _numeric(argument: Any, where: str) -> Rule:
         if side in bounds:
             raise ValidationError(where, f"two {side} bounds: give at most one of each")
         bounds[side] = (operator, number)
-        compare = {**LOWER, **UPPER}[operator]
-        checks.append(lambda v, c=compare, n=number: c(v, n))
+        checks.append(({**LOWER, **UPPER}[operator], number))
     if "lower" in bounds and "upper" in bounds:
         (low_op, low), (high_op, high) = bounds["lower"], bounds["upper"]
         if low > high or (low == high and (low_op, high_op) != (">=", "<=")):
             raise ValidationError(where, f"the range {low_op} {low} and {high_op} {high} is empty")
-    return lambda v: _is_number(v) and all(check(v) for check in checks)
+    return lambda v: _is_number(v) and all(compare(v, n) for compare, n in checks)
 
 
 def _number(value: Any, where: str) -> float:

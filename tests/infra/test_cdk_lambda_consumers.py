@@ -4,6 +4,7 @@ privilege, alarms, and the context that declares them."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -319,7 +320,7 @@ def test_filter_criteria_come_from_context_as_lambda_writes_them(tmp_path: Path)
     ],
 )
 def test_bad_groups_fail_synth_naming_the_setting(tmp_path: Path, value: Any, message: str) -> None:
-    with pytest.raises(SettingsError, match=message.replace("$", r"\$")):
+    with pytest.raises(SettingsError, match=re.escape(message)):
         _settings(tmp_path, value)
 
 
