@@ -82,6 +82,8 @@ class Session:
         self.shard_end = False
         self.progress = runner.progress
         self.filter = BatchFilter(self.consumer.criteria())
+        self._saved: tuple[str | None, LaneProgress] | None = None  # as last written
+        self._saved_at_ms = 0
 
     # --- 3. position ---------------------------------------------------------------------
     def start(self, partition: PartitionInfo) -> None:
@@ -403,14 +405,22 @@ class Session:
         else:
             lane.retry = None
         lane.not_before_ms = 0
-        self._save(checkpoint=True)
+        self._save(checkpoint=True, unless_unchanged=True)
 
     # --- fenced writes (shardlog/dal/consumers.py) ------------------------------------
-    def _save(self, *, checkpoint: bool) -> None:
+    def _save(self, *, checkpoint: bool, unless_unchanged: bool = False) -> None:
         """The lanes' progress, with the checkpoint (the lowest seq not done) when asked
-        for, else with a renewal of the lease."""
+        for, else with a renewal of the lease. ``unless_unchanged``: not when checkpoint and
+        progress are as last written and the lease was written within a third of its
+        duration (another lane holds the checkpoint; at factor 1 it always moves)."""
         position = self.lanes.checkpoint() if checkpoint else None
-        self._holding(self.progress.save(self.lease, self.lanes.progress(), checkpoint=position))
+        progress = self.lanes.progress()
+        fresh = self.clock.now_ms() - self._saved_at_ms < self.consumer.lease_ms // 3
+        if unless_unchanged and fresh and self._saved == (str(self.lanes.checkpoint()), progress):
+            return
+        self._holding(self.progress.save(self.lease, progress, checkpoint=position))
+        self._saved = (self.lease.checkpoint, progress)
+        self._saved_at_ms = self.clock.now_ms()
         if position is not None:
             self.saved_at = position
 

@@ -41,9 +41,13 @@ class Killer:
 
     def __init__(self, runner: Runner) -> None:
         self.calls_left: int | None = None
+        # Cleared while the runner is frozen (a zombie): its calls from any thread wait.
+        self.thawed = threading.Event()
+        self.thawed.set()
         runner.clients.add_hook("before-call", self._before_call)
 
     def _before_call(self, **_: Any) -> None:
+        self.thawed.wait(60)  # bounded: the model thaws it once the successor has run
         if self.calls_left is None:
             return
         self.calls_left -= 1
@@ -96,10 +100,14 @@ class LambdaConsumerModel(RuleBasedStateMachine):
         if zombie:  # this invocation outlives its runner's lease
             if len(self._lanes_invoked()) > 1 or self._lanes_waiting(batch[0].partition_id) > 1:
                 TALLY.add("zombie between lanes")
-            self.clock.advance(self.runners[0].consumer.lease_ms + 1)
-            report = self.runners[1].run(
-                batch[0].partition_id, request_id="successor", remaining_ms=lambda: 900_000
-            )
+            self.killers[0].thawed.clear()  # the whole runner is frozen, not this lane only
+            try:
+                self.clock.advance(self.runners[0].consumer.lease_ms + 1)
+                report = self.runners[1].run(
+                    batch[0].partition_id, request_id="successor", remaining_ms=lambda: 900_000
+                )
+            finally:
+                self.killers[0].thawed.set()
             TALLY.add(f"successor {report.outcome}")
         return None
 
@@ -312,7 +320,7 @@ def _run(
 
 
 def test_lambda_consumer_model(endpoint_url: str) -> None:
-    _run(LambdaConsumerModel, endpoint_url, 8, MUST_REACH)
+    _run(LambdaConsumerModel, endpoint_url, 20, MUST_REACH)
 
 
 def test_lambda_consumer_lanes_model(endpoint_url: str) -> None:
