@@ -214,8 +214,11 @@ DEFAULT_SEGMENT_MAX_RECORDS: Final = 10_000
 DEFAULT_SEGMENT_MAX_BYTES: Final = 16 * MIB
 
 # --- ingest event source (shared by the stack and the local poller) ---------------
+# The defaults of shardlog:ingestBatchSize and shardlog:ingestBatchingWindowMs (their ranges:
+# shardlog/settings.py; the dial between them: docs/SCALE.md).
 INGEST_BATCH_SIZE: Final = 1000
 INGEST_BATCHING_WINDOW_S: Final = 1
+DEFAULT_INGEST_BATCHING_WINDOW_MS: Final = INGEST_BATCHING_WINDOW_S * 1000
 INGEST_PARALLELIZATION_FACTOR: Final = 1
 INGEST_STARTING_POSITION: Final = "TRIM_HORIZON"
 

@@ -183,6 +183,21 @@ def local() -> None:
     "Repeatable.",
 )
 @click.option(
+    "--ingest-batch-size",
+    default=C.INGEST_BATCH_SIZE,
+    show_default=True,
+    callback=lambda _ctx, param, value: _setting(param, "IngestBatchSize", value),
+    help="Records per ingest invocation at most, 1 to 10000 (shardlog:ingestBatchSize).",
+)
+@click.option(
+    "--ingest-batching-window-ms",
+    default=C.DEFAULT_INGEST_BATCHING_WINDOW_MS,
+    show_default=True,
+    callback=lambda _ctx, param, value: _setting(param, "IngestBatchingWindowMs", value),
+    help="How long the poller gathers records before it invokes ingest: 0 to 300000, whole "
+    "seconds as on AWS (shardlog:ingestBatchingWindowMs; docs/SCALE.md).",
+)
+@click.option(
     "--console-port",
     default=DEFAULT_CONSOLE_PORT,
     show_default=True,
@@ -198,10 +213,13 @@ def local_up(
     api_port: int,
     max_seconds: float | None,
     lambda_consumers: list[Any],
+    ingest_batch_size: int,
+    ingest_batching_window_ms: int,
     console_port: int,
 ) -> None:
     """Start the embedded AWS, the producer HTTP API, the console and any Lambda consumer
     groups on 127.0.0.1; ingest (and consume) until interrupted."""
+    from shardlog.local.poller import EventSourceSettings
     from shardlog.local.runtime import LocalRuntime
 
     state_file = ctx.find_root().params["state_file"]
@@ -219,6 +237,9 @@ def local_up(
         state_file=state_file,
         api_port=api_port,
         lambda_consumers=lambda_consumers,
+        event_source=EventSourceSettings(
+            batch_size=ingest_batch_size, batching_window_ms=ingest_batching_window_ms
+        ),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -270,6 +291,17 @@ def _ports_named() -> Iterator[None]:
         raise ShardlogError(
             f"{exc}: stop what holds it or choose another with {option} (0: any free port)"
         ) from exc
+
+
+def _setting(param: click.Parameter, setting: str, value: Any) -> Any:
+    """``value`` checked with the deployed stack's schema (shardlog/settings.py), so
+    `local up` accepts exactly what `cdk deploy` accepts."""
+    from shardlog import settings as S
+
+    try:
+        return S.parse_setting(getattr(S, setting), value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param=param) from None
 
 
 def _lambda_groups(specs: tuple[str, ...]) -> list[Any]:
