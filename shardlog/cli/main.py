@@ -260,7 +260,10 @@ def local_up(
                 f"on-failure queue {state['onFailureQueueUrl']}"
             )
         click.echo(f"state written to {state_file}: " + json.dumps(runtime.config.to_json()))
-        click.echo("ingesting; Ctrl-C to stop")
+        click.echo(
+            f"ingesting batches of up to {ingest_batch_size} records, gathered for up to "
+            f"{ingest_batching_window_ms} ms; Ctrl-C to stop"
+        )
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait(max_seconds)
     click.echo("stopped")
