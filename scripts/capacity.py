@@ -44,19 +44,25 @@ INGEST_COLD = {
 }
 INGEST_WARM = {k: v for k, v in INGEST_COLD.items() if k != "dynamodb:TransactGetItems"}
 # A Lambda group, per wake of one (group, partition) that delivers one commit's records:
-# shardlog/lambda_consumer/runner.py steps 1-5 and delivery.py: read the partition (ready?),
-# acquire the lease, read the head and the segment (the reader: the head's GetItem, one
-# GetObject per segment), invoke, checkpoint, release, re-read the head.
+# shardlog/lambda_consumer/runner.py steps 1-5, delivery.py and feed.py.
 RUNNER_PER_WAKE = {
-    "dynamodb:GetItem": 3,  # 1. the partition; 4. the head; 5. the re-check after release
+    # 1. the partition (ready?); 3. the retry state on the lease item (consumers table);
+    # 4. the head before reading, and again when the buffer runs out (caught up);
+    # 5. the re-check after release. Four on the partition's item, one on the lease's.
+    "dynamodb:GetItem": 5,
     "dynamodb:UpdateItem": 3,  # 2. acquire; 4. checkpoint; 5. release
-    "s3:GetObject": 1,  # 4. the commit's segment
+    # 4. the segment store: where the position's segment starts, then the segments from it
+    # (shardlog/segments.py, segment_start and starts), and the commit's segment
+    "s3:ListObjectsV2": 2,
+    "s3:GetObject": 1,
     "lambda:Invoke": 1,  # 4. the group's function
 }
+RUNNER_PARTITION_READS = 4  # of RUNNER_PER_WAKE's GetItems, those of the partition's item
 # SQS per wake (the wake queue; Lambda's SQS event source, batch size 1): one receive, one
-# delete. The waker sends the wakes of one stream batch in SendMessageBatch calls of 10
-# (shardlog/lambda_consumer/wake.py, SEND_BATCH), per group.
-SQS_PER_WAKE = {"sqs:ReceiveMessage": 1, "sqs:DeleteMessage": 1}
+# delete (DeleteMessageBatch, as Lambda's poller deletes). The waker sends the wakes of one
+# stream batch in SendMessageBatch calls of 10 (shardlog/lambda_consumer/wake.py,
+# SEND_BATCH), per group.
+SQS_PER_WAKE = {"sqs:ReceiveMessage": 1, "sqs:DeleteMessageBatch": 1}
 SEND_BATCH = 10
 # Lambda polls each DynamoDB stream shard 4 times a second; the waker gets up to 100 records
 # an invocation (shardlog/constants.py WAKER_BATCH_SIZE).
@@ -259,11 +265,11 @@ def _quotas(w: Workload, d: Demand, commits: float, waker_invocations: float, wo
     hottest = max(ingest_key, lambda_key if w.lambda_groups else 0,
                   worker_key if w.worker_groups else 0)  # fmt: skip
     q["dynamodb.key.write"] = hottest
-    # One partition's item: ingest's transactional read (2 RRU, cold), runners' 3 reads a wake,
-    # workers' head polls.
+    # One partition's item: ingest's transactional read (2 RRU, cold), runners' reads of it
+    # each wake, workers' head polls.
     q["dynamodb.key.read"] = (
         (0 if w.warm else 2) * per_shard_commits
-        + 3 * per_shard_commits * w.lambda_groups
+        + RUNNER_PARTITION_READS * per_shard_commits * w.lambda_groups
         + WORKER_HEAD_READS_PER_S * w.worker_groups
     )
     consumers_writes = ingest_key + w.lambda_groups * lambda_key + w.worker_groups * worker_key
@@ -273,13 +279,14 @@ def _quotas(w: Workload, d: Demand, commits: float, waker_invocations: float, wo
     scans = workers / WORKER_TAKE_INTERVAL_S + (1 / SWEEP_INTERVAL_S if w.lambda_groups else 0)
     partitions_reads = (
         (0 if w.warm else 2) * commits
-        + 3 * commits * w.lambda_groups
+        + RUNNER_PARTITION_READS * commits * w.lambda_groups
         + WORKER_HEAD_READS_PER_S * w.shards * w.worker_groups
         + scan_rru * scans
     )
     q["dynamodb.table.read"] = partitions_reads
     q["s3.put"] = commits
-    q["s3.get"] = commits * (w.lambda_groups + w.worker_groups)
+    # GETs and the runners' LISTs (LIST is not in S3's per-prefix figures: counted as a GET)
+    q["s3.get"] = commits * (w.lambda_groups * 3 + w.worker_groups)
     q["iceberg.metadata"] = SNAPSHOTS_KEPT * w.partitions * WATERMARK_BYTES
 
 
