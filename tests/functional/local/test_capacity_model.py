@@ -18,6 +18,8 @@ import math
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from scripts import capacity as K
 from shardlog.clock import ManualClock
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings
@@ -84,6 +86,7 @@ def _calls(records: list[dict[str, Any]], endpoint: str) -> Counter[str]:
     return calls
 
 
+@pytest.mark.slow  # 64 shards: about a minute of CPU
 def test_requests_per_commit_agree_with_the_model_within_10_percent() -> None:
     function = Counted()
     group = LocalGroup(
