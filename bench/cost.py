@@ -12,7 +12,16 @@ request (--aws-request-ms). Kinesis GetRecords, DynamoDB Streams reads by Lambda
 the local event sources' empty SQS polls are not billed per request and are not counted.
 The last two lines are the shardlog share (ingest: Lambda + DynamoDB + S3) and the all-in
 (plus a provisioned Kinesis shard) at 1,000 records/s per shard, 1 KiB records.
-Usage: python bench/cost.py [--quick] [--chart PATH] [--json PATH] [--aws-request-ms MS]
+
+Then the latency/cost dial (bench/cost_dial.py): ingest metered at two batch sizes gives its
+cost per batch and per record, and for each rate and batching window the table prints the
+shardlog share against a target (default: Firehose's), the wait the window implies, and
+what an enhanced fan-out consumer adds; and storage per million records per month kept, as
+stored and compressed (--compression-ratio; default: the demo's JSON by zlib level 6).
+--dial-only measures just what the dial and storage need (a few seconds).
+Usage: python bench/cost.py [--quick] [--dial-only] [--chart PATH] [--json PATH]
+       [--dial-json PATH] [--aws-request-ms MS] [--target DOLLARS] [--retention-months N]
+       [--compression-ratio R]
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from pathlib import Path
 
 import common  # noqa: F401  first: the repository importable, Powertools quiet
 
+from bench import cost_dial as D
 from bench import cost_scenarios as S
 from bench import costmodel as M
 from bench.cost_metering import Meter, metered
@@ -33,6 +43,9 @@ from shardlog.local.embedded import EmbeddedAWS
 
 RATES = (10, 100, 1000)
 SIZES = (1024, 10 * 1024)
+# The two batch sizes the dial's cost line goes through (1 KiB records).
+DIAL_BATCHES = (10, 1000)
+DIAL_RECORD_BYTES = 1024
 
 
 def measure(endpoint: str, shape: S.Shape, args: argparse.Namespace, meter: Meter,
@@ -59,6 +72,7 @@ def measure(endpoint: str, shape: S.Shape, args: argparse.Namespace, meter: Mete
         firehose=total(M.firehose_per_million(shape.rate, shape.size, prices).values()),
         safya_share=total(M.cost_per_million(safya_usage, prices).values()),
         storage_month=M.storage_per_million_month(bytes_per_record, prices),
+        stored_bytes_per_record=bytes_per_record,
         requests_per_1000={
             "ingest": per_1000(ingest_usage),
             "worker": per_1000(worker_usage),
@@ -69,12 +83,59 @@ def measure(endpoint: str, shape: S.Shape, args: argparse.Namespace, meter: Mete
     )
 
 
+def ingest_line(endpoint: str, args: argparse.Namespace, meter: Meter,
+                prices: PriceTable) -> tuple[D.IngestCostLine, float]:  # fmt: skip
+    """Ingest's $ per batch and per record, from the handler metered at two batch sizes;
+    and the bytes the log stored per record."""
+    points = []
+    stored = 0.0
+    for batch in DIAL_BATCHES:
+        shape = S.Shape(1, DIAL_RECORD_BYTES, 1, records_per_batch=batch)
+        usage = S.ingest(endpoint, shape, meter, args.aws_request_ms, batches=args.batches)
+        cost = M.cost_per_million(usage, prices)
+        points.append((batch, cost["lambda"] + cost["dynamodb"] + cost["s3"]))
+        stored = S.ingest_usage_bytes_per_record(endpoint, usage)
+    return D.IngestCostLine.fit(points[0], points[1]), stored
+
+
+def dial(endpoint: str, args: argparse.Namespace, meter: Meter, prices: PriceTable,
+         rows: list[Row]) -> dict[str, object]:  # fmt: skip
+    """Print the dial and storage tables; return them for --json."""
+    line, stored = ingest_line(endpoint, args, meter, prices)
+    firehose = sum(M.firehose_per_million(10, DIAL_RECORD_BYTES, prices).values())
+    target = firehose if args.target is None else args.target
+    name = f"Firehose ${firehose:.4f}" if args.target is None else f"${target:.4f}"
+    dial_rows = D.dial_rows(line, RATES, DIAL_RECORD_BYTES, target, prices)
+    D.print_dial(dial_rows, DIAL_RECORD_BYTES, name)
+    ratio = args.compression_ratio
+    source = "given"
+    if ratio is None:
+        ratio, source = D.demo_json_compression_ratio(), "the demo's JSON, zlib level 6"
+    measured = {r.size: r.stored_bytes_per_record for r in rows} or {DIAL_RECORD_BYTES: stored}
+    storage = [
+        D.StorageRow(size, per_record, ratio, args.retention_months, prices)
+        for size, per_record in sorted(measured.items())
+    ]
+    D.print_storage(storage, source)
+    return {
+        "ingestPerBatch": line.per_batch,
+        "ingestPerRecord": line.per_record,
+        "dial": [r.as_dict() for r in dial_rows],
+        "storage": [r.as_dict() for r in storage],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer batches, shorter runs")
     parser.add_argument("--chart", type=Path, default=Path("build/bench/cost.png"))
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--aws-request-ms", type=float, default=M.DEFAULT_AWS_REQUEST_MS)
+    parser.add_argument("--dial-json", type=Path, default=None, help="the dial and storage here")
+    parser.add_argument("--dial-only", action="store_true", help="only the dial and storage")
+    parser.add_argument("--target", type=float, default=None, help="$/million (default: Firehose)")
+    parser.add_argument("--retention-months", type=int, default=12)
+    parser.add_argument("--compression-ratio", type=float, default=None, help="compressed/stored")
     args = parser.parse_args(argv)
     args.batches = 3 if args.quick else 6
     args.segments = 3 if args.quick else 8
@@ -83,28 +144,36 @@ def main(argv: list[str] | None = None) -> int:
 
     meter = Meter()
     undo = metered(meter)
-    rows = []
+    rows: list[Row] = []
     try:
         with EmbeddedAWS() as aws:
-            for rate in RATES:
+            for rate in () if args.dial_only else RATES:
                 for size in SIZES:
                     print(f"measuring {rate} records/s per shard, {size} B ...", file=sys.stderr,
                           flush=True)  # fmt: skip
                     rows.append(measure(aws.endpoint_url, S.Shape(rate, size, seconds), args, meter,
                                         US_EAST_1))  # fmt: skip
+            if rows:
+                report_rows(rows, args)
+            print("measuring the dial: ingest at two batch sizes ...", file=sys.stderr, flush=True)
+            dialled = dial(aws.endpoint_url, args, meter, US_EAST_1, rows)
     finally:
         undo()
+    for path, payload in ((args.json, [r.as_dict() for r in rows]), (args.dial_json, dialled)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+def report_rows(rows: list[Row], args: argparse.Namespace) -> None:
     print_table(rows)
     chart(rows, args.chart)
     print(f"chart: {args.chart}")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
     headline = next(r for r in rows if r.rate == 1000 and r.size == 1024)
     print(f"shardlog share at 1000 records/s per shard, 1 KiB records: "
           f"${headline.ingest_share:.4f} per million")  # fmt: skip
     print(f"all-in at 1000 records/s per shard, 1 KiB records: ${headline.all_in:.4f} per million")
-    return 0
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ class Row:
     safya_share: float
     storage_month: float
     requests_per_1000: dict[str, float] = field(default_factory=dict)
+    stored_bytes_per_record: float = 0.0  # segments in S3, measured
 
     @property
     def ingest_share(self) -> float:

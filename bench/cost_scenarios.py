@@ -84,9 +84,12 @@ class Shape:
     rate: int  # records/s per shard
     size: int  # bytes per record
     seconds: int  # simulated steady state for the consumers
+    records_per_batch: int | None = None  # None: what the default 1 s window gathers
 
     @property
     def batch(self) -> int:
+        if self.records_per_batch is not None:
+            return self.records_per_batch
         return M.lambda_batch_records(self.rate, self.size, C.INGEST_BATCH_SIZE, WINDOW_S)
 
     @property

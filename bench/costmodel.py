@@ -13,6 +13,8 @@ rules to those measurements:
 - Kinesis provisioned: the shard-hour shared by the shard's records, plus one PUT payload
   unit per started 25 KB of each record; on-demand: GB in (and out, per consumer), each
   record rounded up to 1 KB, plus the stream-hour.
+- Kinesis enhanced fan-out (the ingest mapping with ``shardlog:ingestFanOut``): the
+  consumer-shard-hour shared by the shard's records, plus GB retrieved.
 - Firehose Direct PUT: GB in, each record rounded up to 5 KB, plus the S3 PUT of each
   delivered object.
 - EMR Serverless: vCPU-hours and GB-hours.
@@ -223,6 +225,16 @@ def kinesis_on_demand_per_million(
         + consumers * prices.kinesis_on_demand_retrieval_per_gb
     )
     return data + prices.kinesis_on_demand_stream_hour / (records_per_s * 3600) * MILLION
+
+
+def kinesis_fan_out_per_million(
+    records_per_s_per_shard: float, record_bytes: int, prices: PriceTable
+) -> float:
+    """What reading a shard through an enhanced fan-out consumer adds: its consumer-shard-hour
+    over the shard's records, plus the GB pushed."""
+    shard_hour = prices.kinesis_fan_out_consumer_shard_hour / (records_per_s_per_shard * 3600)
+    retrieval = record_bytes / GB * prices.kinesis_fan_out_retrieval_per_gb
+    return (shard_hour + retrieval) * MILLION
 
 
 def firehose_per_million(

@@ -6,7 +6,8 @@ plans, no volume tiers beyond the first), as listed on these pages on ``PRICES_A
 
 - "Amazon Kinesis Data Streams pricing" (aws.amazon.com/kinesis/data-streams/pricing):
   provisioned shard-hour and PUT payload units (25 KB each), on-demand stream-hour and
-  data in / data retrieved per GB (each record rounded up to 1 KB);
+  data in / data retrieved per GB (each record rounded up to 1 KB), enhanced fan-out
+  (provisioned) consumer-shard-hour and data retrieved per GB;
 - "AWS Lambda pricing" (aws.amazon.com/lambda/pricing): requests and GB-seconds, x86;
 - "Amazon DynamoDB pricing for on-demand capacity" (aws.amazon.com/dynamodb/pricing/
   on-demand): read and write request units (a transactional request costs 2 units per
@@ -45,6 +46,9 @@ class PriceTable:
     kinesis_on_demand_ingest_per_gb: float  # each record rounded up to 1 KB
     kinesis_on_demand_retrieval_per_gb: float  # standard (shared-throughput) consumers
     kinesis_on_demand_rounding_bytes: int
+    # Kinesis Data Streams, enhanced fan-out (provisioned mode): per consumer and shard
+    kinesis_fan_out_consumer_shard_hour: float
+    kinesis_fan_out_retrieval_per_gb: float
     # Lambda (x86)
     lambda_request_per_million: float
     lambda_gb_second: float
@@ -74,6 +78,8 @@ US_EAST_1: Final = PriceTable(
     kinesis_on_demand_ingest_per_gb=0.08,
     kinesis_on_demand_retrieval_per_gb=0.04,
     kinesis_on_demand_rounding_bytes=KB,
+    kinesis_fan_out_consumer_shard_hour=0.015,
+    kinesis_fan_out_retrieval_per_gb=0.013,
     lambda_request_per_million=0.20,
     lambda_gb_second=0.0000166667,
     dynamodb_write_request_unit_per_million=0.625,

@@ -41,6 +41,11 @@ CTX_CONSUMER_GROUPS: Final = "shardlog:consumerGroups"
 # (group, functionArn, batchSize, ...: docs/CONSUMERS.md, "Lambda consumers").
 CTX_LAMBDA_CONSUMERS: Final = "shardlog:lambdaConsumers"
 CTX_ITERATOR_AGE_ALARM_MINUTES: Final = "shardlog:iteratorAgeAlarmMinutes"
+# The latency/cost dial of ingest (docs/SCALE.md): records per invocation, how long Lambda
+# gathers them, and whether the stream is read through an enhanced fan-out consumer.
+CTX_INGEST_BATCH_SIZE: Final = "shardlog:ingestBatchSize"
+CTX_INGEST_BATCHING_WINDOW_MS: Final = "shardlog:ingestBatchingWindowMs"
+CTX_INGEST_FAN_OUT: Final = "shardlog:ingestFanOut"
 CTX_STACK_NAME: Final = "shardlog:stackName"
 
 DEFAULT_SHARD_COUNT: Final = 1
@@ -90,6 +95,13 @@ LAMBDA_PYTHON_RUNTIME: Final = "python3.12"
 INGEST_TIMEOUT_S: Final = 30
 INGEST_MEMORY_MB: Final = 1024  # a segment is buffered in memory (DEFAULT_SEGMENT_MAX_BYTES)
 SHARD_SYNC_TIMEOUT_S: Final = 60
+# The writer creates a batch's segments one after another within INGEST_TIMEOUT_S: a batch
+# may be cut into at most this many (ingestBatchSize / segmentMaxRecords, rounded up). 1,000
+# is the most the fixed batch of 1,000 records could make (segmentMaxRecords 1, one object
+# per record): a larger batch does not make a setting that was valid time out.
+INGEST_MAX_SEGMENTS_PER_BATCH: Final = 1000
+# The enhanced fan-out consumer's name (unique per stream; one stack per stream).
+INGEST_FAN_OUT_CONSUMER_NAME: Final = "shardlog-ingest"
 PRODUCER_TIMEOUT_S: Final = 10
 
 # --- the event source's give-up age (StackSettings.max_record_age_s) ---------------------------

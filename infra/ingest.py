@@ -1,5 +1,12 @@
 """Ingest: the Kinesis-triggered ingest Lambda, its event source mapping and failure queue,
-and the scheduled shard sync that records shard lineage in the partitions table."""
+and the scheduled shard sync that records shard lineage in the partitions table.
+
+The mapping's batch size and window are settings (``shardlog:ingestBatchSize``,
+``shardlog:ingestBatchingWindowMs``: the latency/cost dial, docs/SCALE.md). With
+``shardlog:ingestFanOut`` the mapping reads the stream through an enhanced fan-out consumer
+of its own (records pushed over SubscribeToShard, about 70 ms, instead of a GetRecords poll
+of each shard every second), and the role may subscribe through that consumer only.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -30,6 +38,16 @@ KINESIS_ESM_ACTIONS = [
     "kinesis:GetShardIterator",
     "kinesis:ListShards",
 ]
+# Through an enhanced fan-out consumer the mapping still finds the stream's shards
+# (DescribeStream*, ListShards, on the stream) but reads none with GetRecords: it subscribes
+# to each shard through the consumer, so SubscribeToShard and DescribeStreamConsumer are
+# granted on that consumer only, and GetRecords/GetShardIterator not at all.
+KINESIS_FAN_OUT_STREAM_ACTIONS = [
+    "kinesis:DescribeStream",
+    "kinesis:DescribeStreamSummary",
+    "kinesis:ListShards",
+]
+KINESIS_FAN_OUT_CONSUMER_ACTIONS = ["kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard"]
 # S3 SSE-KMS and Kinesis/DynamoDB encryption: read needs Decrypt, write needs GenerateDataKey.
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
 # The services through which each role uses the data key (named in the key policy).
@@ -101,6 +119,7 @@ class Ingest(Construct):
         self.storage = storage
         self.settings = settings
         self.failure_queue = self._failure_queue()
+        self.fan_out_consumer = self._fan_out_consumer() if settings.ingest_fan_out else None
         self.ingest = self._ingest_function(code)
         self.event_source = self._event_source()
         self.shard_sync = self._shard_sync_function(code)
@@ -113,6 +132,32 @@ class Ingest(Construct):
     def _failure_queue(self) -> sqs.Queue:
         # The shard and sequence ranges of given-up batches: the only record of them.
         return failure_queue(self, "FailureQueue", self.storage.key)
+
+    def _fan_out_consumer(self) -> kinesis.CfnStreamConsumer:
+        # Dedicated 2 MB/s per shard, pushed: billed per consumer-shard-hour and per GB
+        # retrieved (bench/pricing.py), hence off unless asked for.
+        return kinesis.CfnStreamConsumer(
+            self,
+            "IngestFanOutConsumer",
+            consumer_name=IC.INGEST_FAN_OUT_CONSUMER_NAME,
+            stream_arn=self.storage.stream.stream_arn,
+        )
+
+    @property
+    def event_source_arn(self) -> str:
+        """What the mapping reads: the fan-out consumer, or the stream itself."""
+        if self.fan_out_consumer is not None:
+            return self.fan_out_consumer.attr_consumer_arn
+        return self.storage.stream.stream_arn
+
+    def _kinesis_statements(self) -> list[tuple[list[str], list[str]]]:
+        stream = self.storage.stream.stream_arn
+        if self.fan_out_consumer is None:
+            return [(KINESIS_ESM_ACTIONS, [stream])]
+        return [
+            (KINESIS_FAN_OUT_STREAM_ACTIONS, [stream]),
+            (KINESIS_FAN_OUT_CONSUMER_ACTIONS, [self.fan_out_consumer.attr_consumer_arn]),
+        ]
 
     def _ingest_function(self, code: lambda_.Code) -> ShardlogFunction:
         s = self.settings
@@ -145,7 +190,7 @@ class Ingest(Construct):
         storage = self.storage
         events = storage.bucket.arn_for_objects(f"{C.EVENTS_PREFIX}*")
         statements = [
-            (KINESIS_ESM_ACTIONS, [storage.stream.stream_arn]),
+            *self._kinesis_statements(),
             (INGEST_S3_READ_ACTIONS, [events]),
             (INGEST_PARTITIONS_ACTIONS, [storage.partitions_table.table_arn]),
             (["sqs:SendMessage"], [self.failure_queue.queue_arn]),
@@ -173,10 +218,11 @@ class Ingest(Construct):
             self,
             "KinesisEventSource",
             target=self.ingest.function,
-            event_source_arn=self.storage.stream.stream_arn,
+            event_source_arn=self.event_source_arn,
             starting_position=lambda_.StartingPosition[C.INGEST_STARTING_POSITION],
-            batch_size=C.INGEST_BATCH_SIZE,
-            max_batching_window=Duration.seconds(C.INGEST_BATCHING_WINDOW_S),
+            batch_size=self.settings.ingest_batch_size,
+            # Whole seconds: the settings refuse a window that is not (shardlog/settings.py).
+            max_batching_window=Duration.millis(self.settings.ingest_batching_window_ms),
             # 1, because the log of a shard is one ordered sequence behind one lease: with a
             # higher factor Lambda runs several batches of the same shard at once, which would
             # contend for that lease and could commit records out of arrival order.

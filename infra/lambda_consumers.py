@@ -143,11 +143,17 @@ class LambdaConsumerGroup(Construct):
 
     # --- resources -------------------------------------------------------------------------
     def _queue(self, construct_id: str, *, dead_letter_of: sqs.IQueue | None) -> sqs.Queue:
+        wake = dead_letter_of is not None
         return sqs.Queue(
             self,
             construct_id,
             fifo=True,
             content_based_deduplication=False,  # wakes carry their own deduplication id
+            # The wake queue in high-throughput mode (C.LAMBDA_CONSUMER_WAKE_FIFO_THROUGHPUT_LIMIT
+            # says why; the local runtime's queues take those constants, compared by
+            # tests/infra/test_parity.py); its dead letters stay a plain FIFO queue.
+            deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP if wake else None,
+            fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID if wake else None,
             encryption=sqs.QueueEncryption.KMS,
             encryption_master_key=self.storage.key,
             enforce_ssl=True,

@@ -10,6 +10,7 @@ a value the handler would refuse at cold start.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -123,6 +124,10 @@ class StackSettings:
     producer_principal_arns: tuple[str, ...] = ()
     consumer_groups: tuple[str, ...] = ()
     lambda_consumers: tuple[LambdaConsumerSettings, ...] = ()
+    # The ingest event source: the latency/cost dial (docs/SCALE.md).
+    ingest_batch_size: int = C.INGEST_BATCH_SIZE
+    ingest_batching_window_ms: int = C.DEFAULT_INGEST_BATCHING_WINDOW_MS
+    ingest_fan_out: bool = False
 
     @property
     def on_demand(self) -> bool:
@@ -219,6 +224,16 @@ class StackSettings:
             ),
             consumer_groups=_consumer_groups(node),
             lambda_consumers=_lambda_consumers(node),
+            ingest_batch_size=context_setting(
+                node, IC.CTX_INGEST_BATCH_SIZE, S.IngestBatchSize, C.INGEST_BATCH_SIZE
+            ),
+            ingest_batching_window_ms=context_setting(
+                node,
+                IC.CTX_INGEST_BATCHING_WINDOW_MS,
+                S.IngestBatchingWindowMs,
+                C.DEFAULT_INGEST_BATCHING_WINDOW_MS,
+            ),
+            ingest_fan_out=context_setting(node, IC.CTX_INGEST_FAN_OUT, bool, False),
         )
         settings.check()
         return settings
@@ -259,6 +274,15 @@ class StackSettings:
             raise SettingsError(
                 f"groups {sorted(both)} are in both {IC.CTX_CONSUMER_GROUPS} and "
                 f"{IC.CTX_LAMBDA_CONSUMERS}: a group is workers or a Lambda function, not both"
+            )
+        segments = math.ceil(self.ingest_batch_size / self.segment_max_records)
+        if segments > IC.INGEST_MAX_SEGMENTS_PER_BATCH:
+            raise SettingsError(
+                f"context {IC.CTX_INGEST_BATCH_SIZE}={self.ingest_batch_size} with "
+                f"{IC.CTX_SEGMENT_MAX_RECORDS}={self.segment_max_records} cuts a batch into "
+                f"{segments} segments, more than the {IC.INGEST_MAX_SEGMENTS_PER_BATCH} the "
+                f"writer creates within the ingest timeout ({IC.INGEST_TIMEOUT_S} s): raise "
+                f"{IC.CTX_SEGMENT_MAX_RECORDS} or lower {IC.CTX_INGEST_BATCH_SIZE}"
             )
         if self.iterator_age_alarm_minutes * 60 >= self.max_record_age_s:
             raise SettingsError(

@@ -705,6 +705,30 @@ MUTATIONS = (
         "if False:",
         ("tests/infra/test_cdk_lambda_consumers.py",),
     ),
+    Mutation(
+        "ingest-window-whole-seconds",
+        "refusing a batching window the event source mapping cannot take (not whole seconds)",
+        "shardlog/settings.py",
+        "    if window_ms % 1000:",
+        "    if False:",
+        ("tests/unit/test_settings.py", "tests/functional/cli/test_local_up_dial.py"),
+    ),
+    Mutation(
+        "ingest-segments-per-batch",
+        "refusing a batch cut into more segments than the writer creates within its timeout",
+        "infra/settings.py",
+        "if segments > IC.INGEST_MAX_SEGMENTS_PER_BATCH:",
+        "if False:",
+        ("tests/unit/test_settings.py",),
+    ),
+    Mutation(
+        "fan-out-subscribe-on-consumer",
+        "least privilege with fan-out: SubscribeToShard on the ingest consumer only",
+        "infra/ingest.py",
+        "(KINESIS_FAN_OUT_CONSUMER_ACTIONS, [self.fan_out_consumer.attr_consumer_arn]),",
+        "(KINESIS_FAN_OUT_CONSUMER_ACTIONS, [stream, self.fan_out_consumer.attr_consumer_arn]),",
+        ("tests/infra/test_cdk_ingest_dial.py",),
+    ),
 )
 
 

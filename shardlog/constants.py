@@ -137,6 +137,13 @@ LAMBDA_CONSUMER_MAX_RETRY_ATTEMPTS: Final = 3
 LAMBDA_CONSUMER_RUNNER_TIMEOUT_S: Final = 900  # Lambda's maximum: long runs, fewer wakes
 LAMBDA_CONSUMER_WAKE_BATCH_SIZE: Final = 1  # one (group, partition) per runner invocation
 LAMBDA_CONSUMER_WAKE_MAX_RECEIVES: Final = 5  # then the wake is dead-lettered (alarmed)
+# High-throughput FIFO on the wake queues: a FIFO queue takes 300 calls/s per API action
+# otherwise, and every commit of every partition wakes each group once, so 300 shards
+# committing each second would throttle the wakes (docs/SCALE.md). Throughput per message
+# group (one per partition) and deduplication within it: every wake's deduplication id starts
+# with its partition, its message group, so deduplication decides exactly as queue-wide.
+LAMBDA_CONSUMER_WAKE_DEDUPLICATION_SCOPE: Final = "messageGroup"
+LAMBDA_CONSUMER_WAKE_FIFO_THROUGHPUT_LIMIT: Final = "perMessageGroupId"
 LAMBDA_CONSUMER_SWEEP_RATE_MINUTES: Final = 1
 PARTITIONS_STREAM_VIEW_TYPE: Final = "NEW_AND_OLD_IMAGES"  # the waker compares the heads
 WAKER_STARTING_POSITION: Final = "LATEST"  # the sweep covers what came before
@@ -231,8 +238,11 @@ SEGMENT_MAX_READ_BYTES: Final = 257 * MIB
 DEFAULT_SEGMENT_COMPRESSION: Final = "zlib"
 
 # --- ingest event source (shared by the stack and the local poller) ---------------
+# The defaults of shardlog:ingestBatchSize and shardlog:ingestBatchingWindowMs (their ranges:
+# shardlog/settings.py; the dial between them: docs/SCALE.md).
 INGEST_BATCH_SIZE: Final = 1000
 INGEST_BATCHING_WINDOW_S: Final = 1
+DEFAULT_INGEST_BATCHING_WINDOW_MS: Final = INGEST_BATCHING_WINDOW_S * 1000
 INGEST_PARALLELIZATION_FACTOR: Final = 1
 INGEST_STARTING_POSITION: Final = "TRIM_HORIZON"
 

@@ -46,6 +46,36 @@ DEDUPE_WINDOW_S_MIN: Final = 60
 DEDUPE_WINDOW_S_MAX: Final = 86_400
 DedupeWindowS = Annotated[int, Field(ge=DEDUPE_WINDOW_S_MIN, le=DEDUPE_WINDOW_S_MAX)]
 
+# --- the ingest event source (Lambda's Kinesis event source mapping) --------------------------
+# Records per invocation: Lambda's Kinesis limits. Lambda also caps a batch at its 6 MB
+# invocation payload, so a larger batch never makes a segment past Lambda's memory.
+INGEST_BATCH_SIZE_MIN: Final = 1
+INGEST_BATCH_SIZE_MAX: Final = 10_000
+IngestBatchSize = Annotated[int, Field(ge=INGEST_BATCH_SIZE_MIN, le=INGEST_BATCH_SIZE_MAX)]
+
+# How long Lambda gathers records before it invokes: 0 to 5 minutes. The mapping takes whole
+# seconds (MaximumBatchingWindowInSeconds), so a window that is not one is refused rather
+# than rounded: the stack would deploy a latency (or a cost) nobody asked for.
+INGEST_BATCHING_WINDOW_MS_MIN: Final = 0
+INGEST_BATCHING_WINDOW_MS_MAX: Final = 300_000
+
+
+def _whole_seconds(window_ms: int) -> int:
+    if window_ms % 1000:
+        below, above = window_ms // 1000 * 1000, (window_ms // 1000 + 1) * 1000
+        raise ValueError(
+            f"{window_ms} ms is not a whole number of seconds, which Lambda's Kinesis event "
+            f"source takes (MaximumBatchingWindowInSeconds): use {below} or {above}"
+        )
+    return window_ms
+
+
+IngestBatchingWindowMs = Annotated[
+    int,
+    Field(ge=INGEST_BATCHING_WINDOW_MS_MIN, le=INGEST_BATCHING_WINDOW_MS_MAX),
+    AfterValidator(_whole_seconds),
+]
+
 # --- Spark -----------------------------------------------------------------------------------
 # Records per partition per compaction run: fewer than a thousand makes Parquet files too
 # small to be worth a Spark run.

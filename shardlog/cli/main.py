@@ -195,6 +195,21 @@ def local() -> None:
     "anything runs. Repeatable.",
 )
 @click.option(
+    "--ingest-batch-size",
+    default=C.INGEST_BATCH_SIZE,
+    show_default=True,
+    callback=lambda _ctx, param, value: _setting(param, "IngestBatchSize", value),
+    help="Records per ingest invocation at most, 1 to 10000 (shardlog:ingestBatchSize).",
+)
+@click.option(
+    "--ingest-batching-window-ms",
+    default=C.DEFAULT_INGEST_BATCHING_WINDOW_MS,
+    show_default=True,
+    callback=lambda _ctx, param, value: _setting(param, "IngestBatchingWindowMs", value),
+    help="How long the poller gathers records before it invokes ingest: 0 to 300000, whole "
+    "seconds as on AWS (shardlog:ingestBatchingWindowMs; docs/SCALE.md).",
+)
+@click.option(
     "--console-port",
     default=DEFAULT_CONSOLE_PORT,
     show_default=True,
@@ -211,10 +226,13 @@ def local_up(
     max_seconds: float | None,
     segment_compression: Compression,
     lambda_consumers: list[Any],
+    ingest_batch_size: int,
+    ingest_batching_window_ms: int,
     console_port: int,
 ) -> None:
     """Start the embedded AWS, the producer HTTP API, the console and any Lambda consumer
     groups on 127.0.0.1; ingest (and consume) until interrupted."""
+    from shardlog.local.poller import EventSourceSettings
     from shardlog.local.runtime import LocalRuntime
 
     state_file = ctx.find_root().params["state_file"]
@@ -233,6 +251,9 @@ def local_up(
         api_port=api_port,
         lambda_consumers=lambda_consumers,
         segment_compression=segment_compression,
+        event_source=EventSourceSettings(
+            batch_size=ingest_batch_size, batching_window_ms=ingest_batching_window_ms
+        ),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -253,7 +274,10 @@ def local_up(
                 f"on-failure queue {state['onFailureQueueUrl']}"
             )
         click.echo(f"state written to {state_file}: " + json.dumps(runtime.config.to_json()))
-        click.echo("ingesting; Ctrl-C to stop")
+        click.echo(
+            f"ingesting batches of up to {ingest_batch_size} records, gathered for up to "
+            f"{ingest_batching_window_ms} ms; Ctrl-C to stop"
+        )
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait(max_seconds)
     click.echo("stopped")

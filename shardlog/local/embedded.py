@@ -118,6 +118,8 @@ def resource_specs(config: ShardlogConfig, shard_count: int) -> dict[str, Any]:
             },
             "wake_queue": {
                 "FifoQueue": True,
+                "DeduplicationScope": C.LAMBDA_CONSUMER_WAKE_DEDUPLICATION_SCOPE,
+                "FifoThroughputLimit": C.LAMBDA_CONSUMER_WAKE_FIFO_THROUGHPUT_LIMIT,
                 "maxReceiveCount": C.LAMBDA_CONSUMER_WAKE_MAX_RECEIVES,
                 "VisibilityTimeout": C.LAMBDA_CONSUMER_RUNNER_TIMEOUT_S + 60,
             },

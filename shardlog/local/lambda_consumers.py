@@ -268,6 +268,8 @@ class LocalLambdaConsumers:
             QueueName=wake_queue_name(group),
             Attributes={
                 "FifoQueue": "true",
+                "DeduplicationScope": C.LAMBDA_CONSUMER_WAKE_DEDUPLICATION_SCOPE,
+                "FifoThroughputLimit": C.LAMBDA_CONSUMER_WAKE_FIFO_THROUGHPUT_LIMIT,
                 "VisibilityTimeout": str(WAKE_VISIBILITY_TIMEOUT_S),
                 "RedrivePolicy": json.dumps(
                     {

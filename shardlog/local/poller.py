@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardlog import constants as C
+from shardlog import settings as S
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
 from shardlog.lambda_consumer.events import kinesis_event_record
@@ -39,7 +40,7 @@ Handler = Callable[[dict[str, Any], Any], Any]
 @dataclass
 class EventSourceSettings:
     batch_size: int = C.INGEST_BATCH_SIZE
-    batching_window_ms: int = C.INGEST_BATCHING_WINDOW_S * 1000
+    batching_window_ms: int = C.DEFAULT_INGEST_BATCHING_WINDOW_MS
     bisect_on_error: bool = True
     maximum_retry_attempts: int = -1  # -1: retry until it succeeds, never drop
     retry_delay_ms: int = 200
@@ -47,10 +48,19 @@ class EventSourceSettings:
     shard_discovery_interval_ms: int = 1_000
 
     def __post_init__(self) -> None:
-        if not 1 <= self.batch_size <= 10_000:
-            raise ValueError("batch_size must be 1 to 10000 (Lambda's Kinesis limit)")
-        if not 0 <= self.batching_window_ms <= 300_000:
-            raise ValueError("batching_window_ms must be 0 to 300000")
+        # The deployed ranges (shardlog/settings.py). The window may be any millisecond here
+        # (tests and the demo use less than a second); `local up` takes whole seconds, as AWS.
+        if not S.INGEST_BATCH_SIZE_MIN <= self.batch_size <= S.INGEST_BATCH_SIZE_MAX:
+            raise ValueError(
+                f"batch_size {self.batch_size} is outside {S.INGEST_BATCH_SIZE_MIN} to "
+                f"{S.INGEST_BATCH_SIZE_MAX} (Lambda's Kinesis limit)"
+            )
+        window = (S.INGEST_BATCHING_WINDOW_MS_MIN, S.INGEST_BATCHING_WINDOW_MS_MAX)
+        if not window[0] <= self.batching_window_ms <= window[1]:
+            raise ValueError(
+                f"batching_window_ms {self.batching_window_ms} is outside {window[0]} to "
+                f"{window[1]} (Lambda's Kinesis limit)"
+            )
 
 
 @dataclass

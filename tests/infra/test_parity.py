@@ -162,6 +162,8 @@ def test_local_lambda_consumers_match_the_stack(synth: Synthesized) -> None:
         assert {k: wake[k] for k in local["wake_event_source"]} == local["wake_event_source"]
         queue = queues[synth.logical_id(group.wake_queue)]["Properties"]
         assert queue["FifoQueue"] is local["wake_queue"]["FifoQueue"]
+        for attribute in ("DeduplicationScope", "FifoThroughputLimit"):
+            assert queue[attribute] == local["wake_queue"][attribute]
         assert queue["VisibilityTimeout"] == local["wake_queue"]["VisibilityTimeout"]
         assert queue["RedrivePolicy"]["maxReceiveCount"] == local["wake_queue"]["maxReceiveCount"]
         runner = functions[synth.logical_id(group.runner.function)]["Properties"]

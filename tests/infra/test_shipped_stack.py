@@ -119,6 +119,9 @@ def test_tables_streams_and_queues_are_the_ones_the_code_needs(
             "Attributes"
         ]
         assert attrs["FifoQueue"] == "true"
+        # High throughput: per message group (one per partition), docs/SCALE.md.
+        assert attrs["DeduplicationScope"] == spec["DeduplicationScope"]
+        assert attrs["FifoThroughputLimit"] == spec["FifoThroughputLimit"]
         assert int(attrs["VisibilityTimeout"]) >= spec["VisibilityTimeout"]
         assert json.loads(attrs["RedrivePolicy"])["maxReceiveCount"] == spec["maxReceiveCount"]
 

@@ -25,6 +25,8 @@ INT_RANGES = [
     (S.SegmentMaxBytes, 1024, 256 * MIB),
     (S.CompactionMaxRecords, 1_000, 1_000_000_000),
     (S.DedupeWindowS, 60, 86_400),
+    (S.IngestBatchSize, 1, 10_000),
+    (S.IngestBatchingWindowMs, 0, 300_000),
 ]
 LENGTHS = [(S.BucketName, 3, 63), (S.TableName, 3, 255), (S.StreamName, 1, 128)]
 
@@ -167,3 +169,66 @@ def test_segment_compression_is_zlib_or_none() -> None:
             S.parse_setting(S.SegmentCompression, bad)
     assert IngestSettings.from_env(INGEST_ENV).writer_settings().segment_compression == "zlib"
     assert StackSettings().segment_compression == "zlib"
+
+
+# --- the ingest dial: batch size, batching window, fan-out ---------------------------------------
+def test_the_batching_window_is_whole_seconds_as_the_mapping_takes_it() -> None:
+    assert S.parse_setting(S.IngestBatchingWindowMs, "60000") == 60_000
+    with pytest.raises(ValueError, match=r"1500 ms is not a whole number of seconds.*1000 or 2000"):
+        S.parse_setting(S.IngestBatchingWindowMs, 1500)
+    with pytest.raises(ValueError, match="not a whole number"):
+        S.parse_setting(S.IngestBatchingWindowMs, 299_999)
+
+
+def _dial(**context: Any) -> StackSettings:
+    return StackSettings.from_context(
+        App(context={IC.CTX_ALARM_EMAIL: "ops@example.com", **context}).node
+    )
+
+
+def test_the_dial_defaults_to_the_batch_and_window_of_before() -> None:
+    settings = _dial()
+    assert settings.ingest_batch_size == C.INGEST_BATCH_SIZE == 1000
+    assert settings.ingest_batching_window_ms == 1000
+    assert settings.ingest_fan_out is False
+
+
+def test_the_dial_is_read_from_command_line_strings() -> None:
+    settings = _dial(
+        **{
+            IC.CTX_INGEST_BATCH_SIZE: "10000",
+            IC.CTX_INGEST_BATCHING_WINDOW_MS: "300000",
+            IC.CTX_INGEST_FAN_OUT: "true",
+        }
+    )
+    assert settings.ingest_batch_size == 10_000
+    assert settings.ingest_batching_window_ms == 300_000
+    assert settings.ingest_fan_out is True
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (IC.CTX_INGEST_BATCH_SIZE, "0", "greater than or equal to 1"),
+        (IC.CTX_INGEST_BATCH_SIZE, "10001", "less than or equal to 10000"),
+        (IC.CTX_INGEST_BATCHING_WINDOW_MS, "-1", "greater than or equal to 0"),
+        (IC.CTX_INGEST_BATCHING_WINDOW_MS, "300001", "less than or equal to 300000"),
+        (IC.CTX_INGEST_BATCHING_WINDOW_MS, "2500", "whole number of seconds"),
+        (IC.CTX_INGEST_FAN_OUT, "perhaps", "valid boolean"),
+    ],
+)
+def test_the_dial_refuses_what_cannot_be_deployed(key: str, value: str, reason: str) -> None:
+    with pytest.raises(SettingsError, match=f"{key}={value!r}.*{reason}"):
+        _dial(**{key: value})
+
+
+def test_a_larger_batch_stays_within_the_segments_the_writer_creates_in_time() -> None:
+    """ingestBatchSize / segmentMaxRecords segments per batch, at most 1,000: the most the
+    fixed batch of 1,000 could make (one object per record), so no valid setting breaks."""
+    edge = {IC.CTX_INGEST_BATCH_SIZE: "1000", IC.CTX_SEGMENT_MAX_RECORDS: "1"}
+    assert _dial(**edge).segment_max_records == 1
+    assert _dial(**{IC.CTX_INGEST_BATCH_SIZE: "10000", IC.CTX_SEGMENT_MAX_RECORDS: "10"})
+    with pytest.raises(SettingsError, match="cuts a batch into 1001 segments"):
+        _dial(**{**edge, IC.CTX_INGEST_BATCH_SIZE: "1001"})
+    with pytest.raises(SettingsError, match=r"1112 segments.*raise shardlog:segmentMaxRecords"):
+        _dial(**{IC.CTX_INGEST_BATCH_SIZE: "10000", IC.CTX_SEGMENT_MAX_RECORDS: "9"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from aws_lambda_powertools.utilities.data_classes import KinesisStreamEvent
 
 from shardlog.clock import ManualClock
@@ -76,6 +77,31 @@ def test_batching_window_waits_to_fill_a_batch(aws: AwsEnv, clock: ManualClock) 
     clock.advance(1000)
     poller.poll_once()
     assert len(recorder.calls) == 1 and len(recorder.calls[0][1]) == 3
+
+
+def test_the_largest_batch_waits_the_longest_window(aws: AwsEnv, clock: ManualClock) -> None:
+    """shardlog:ingestBatchingWindowMs's and ingestBatchSize's upper edges: 1,200 records
+    wait a whole 300 s for a batch of 10,000, then go in one invocation."""
+    produced = []
+    for part in range(3):
+        produced += _produce(aws, 400, prefix=f"p{part}-")
+    recorder = Recorder()
+    poller = _poller(aws, recorder, clock, batch_size=10_000, batching_window_ms=300_000)
+    poller.poll_once()
+    clock.advance(299_999)
+    poller.poll_once()
+    assert recorder.calls == [], "the window is still open"
+    clock.advance(1)
+    poller.poll_once()
+    assert [len(batch) for _, batch in recorder.calls] == [1200]
+    assert recorder.delivered() == produced
+
+
+def test_past_the_edges_the_poller_is_refused() -> None:
+    for bad in ({"batch_size": 0}, {"batch_size": 10_001}, {"batching_window_ms": 300_001}):
+        with pytest.raises(ValueError, match="outside"):
+            EventSourceSettings(**bad)  # type: ignore[arg-type]
+    assert EventSourceSettings(batch_size=1, batching_window_ms=0).batch_size == 1
 
 
 def test_failed_batch_is_retried_with_bisect_in_order(aws: AwsEnv, clock: ManualClock) -> None:
