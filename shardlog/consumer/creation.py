@@ -173,6 +173,7 @@ class GroupCreator:
             raise ConfigurationError(
                 f"consumer group {record.group!r}: starting position {start.describe()} refused: "
                 f"the group was created at {record.start} and its positions were fixed then; "
-                "to start at another position, create a new group (another name)"
+                "keep that setting and move the group with `shardlog group seek`, or create a "
+                "new group (another name)"
             )
         return record

@@ -24,8 +24,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from botocore.exceptions import ClientError
-
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock
@@ -33,23 +31,20 @@ from shardlog.dal.consumers import PendingFailure
 from shardlog.exceptions import LeaseLostError
 from shardlog.lease import LeaseManager
 from shardlog.tables import (
+    ATTR_LAST_SEEK_AT,
+    ATTR_LAST_SEEK_BY,
+    ATTR_LAST_SEEK_POSITION,
+    ATTR_LAST_SEEK_POSITIONS,
+    ATTR_SEEK_EXPIRES_AT,
+    ATTR_SEEK_OWNER,
     Lease,
     Update,
     consumer_key,
     from_ddb,
-    is_conditional_failure,
     n,
     s,
     update_item,
 )
-
-# The group item's seek attributes (docs/TABLES.md section 8).
-ATTR_SEEK_OWNER: Final = "seekOwner"  # a seek in progress: who holds the group's seek lock
-ATTR_SEEK_EXPIRES_AT: Final = "seekExpiresAt"  # ...until then (epoch ms)
-ATTR_LAST_SEEK_AT: Final = "lastSeekAt"  # the last seek done: when (epoch ms)
-ATTR_LAST_SEEK_POSITION: Final = "lastSeekPosition"  # ...to what (StartPosition.describe())
-ATTR_LAST_SEEK_BY: Final = "lastSeekBy"  # ...by whom
-ATTR_LAST_SEEK_POSITIONS: Final = "lastSeekPositions"  # ...JSON: partition -> new checkpoint
 
 # What a placed lease no longer carries: a Lambda group's retry state and pending give-up, a
 # handoff request addressed to an old owner (the checkpoint write removes the sub-sequence
@@ -90,10 +85,15 @@ class GroupSummary:
 
 
 def read_group_summary(clients: Clients, consumers_table: str, group: str) -> GroupSummary:
+    """The group item's kind, last seek and seek in progress (one consistent read)."""
     response = clients.dynamodb.get_item(
-        TableName=consumers_table, Key=consumer_key(group, C.GROUP_ITEM_ID), ConsistentRead=True
+        TableName=consumers_table, Key=_group_key(group), ConsistentRead=True
     )
-    item = from_ddb(response.get("Item") or {})
+    return _summary(response.get("Item") or {})
+
+
+def _summary(raw: dict[str, Any]) -> GroupSummary:
+    item = from_ddb(raw)
     last = None
     if ATTR_LAST_SEEK_AT in item:
         positions = item.get(ATTR_LAST_SEEK_POSITIONS)
@@ -113,22 +113,8 @@ def read_group_summary(clients: Clients, consumers_table: str, group: str) -> Gr
     )
 
 
-def _group_update(
-    clients: Clients, consumers_table: str, group: str, request: dict[str, Any]
-) -> tuple[bool, dict[str, Any]]:
-    """(written, the item that refused it) of one conditional write of the group item."""
-    try:
-        clients.dynamodb.update_item(
-            TableName=consumers_table,
-            Key=consumer_key(group, C.GROUP_ITEM_ID),
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            **request,
-        )
-    except ClientError as exc:
-        if not is_conditional_failure(exc):
-            raise
-        return False, from_ddb(exc.response.get("Item") or {})
-    return True, {}
+def _group_key(group: str) -> dict[str, Any]:
+    return consumer_key(group, C.GROUP_ITEM_ID)
 
 
 def begin_seek(
@@ -144,83 +130,60 @@ def begin_seek(
     """Take the group's seek lock until now + hold_ms: None when taken, else the summary of
     the item that refused it (another seek holds a live lock). A worker group from before
     group items gets one (``groupKind`` = ``kind``, no start positions)."""
-    written, refused = _group_update(
-        clients,
+    update = Update(
         consumers_table,
-        group,
-        {
-            "UpdateExpression": "SET #owner = :me, #until = :until, "
-            "#kind = if_not_exists(#kind, :kind)",
-            "ConditionExpression": "attribute_not_exists(#owner) OR #until <= :now",
-            "ExpressionAttributeNames": {
-                "#owner": ATTR_SEEK_OWNER,
-                "#until": ATTR_SEEK_EXPIRES_AT,
-                "#kind": C.ATTR_GROUP_KIND,
-            },
-            "ExpressionAttributeValues": {
-                ":me": s(seeker),
-                ":until": n(now_ms + hold_ms),
-                ":now": n(now_ms),
-                ":kind": s(kind),
-            },
+        _group_key(group),
+        ("#seekOwner = :me", "#seekUntil = :until", "#kind = if_not_exists(#kind, :kind)"),
+        condition="attribute_not_exists(#seekOwner) OR #seekUntil <= :now",
+        values={
+            ":me": s(seeker),
+            ":until": n(now_ms + hold_ms),
+            ":now": n(now_ms),
+            ":kind": s(kind),
         },
     )
-    if written:
+    outcome = update_item(clients, update, item_on_failure=True)
+    if outcome.written:
         return None
-    return GroupSummary(
-        refused.get(C.ATTR_GROUP_KIND),
-        None,
-        str(refused.get(ATTR_SEEK_OWNER, "?")),
-        int(refused.get(ATTR_SEEK_EXPIRES_AT, 0)),
-    )
+    return _summary(outcome.item or {})
 
 
 def finish_seek(
     clients: Clients, consumers_table: str, group: str, seeker: str, record: LastSeek
 ) -> bool:
     """Record the seek done and remove its lock; False when the lock was not ours any more."""
-    written, _ = _group_update(
-        clients,
+    update = Update(
         consumers_table,
-        group,
-        {
-            "UpdateExpression": "SET #at = :at, #position = :position, #by = :by, "
-            "#positions = :positions REMOVE #owner, #until",
-            "ConditionExpression": "#owner = :me",
-            "ExpressionAttributeNames": {
-                "#at": ATTR_LAST_SEEK_AT,
-                "#position": ATTR_LAST_SEEK_POSITION,
-                "#by": ATTR_LAST_SEEK_BY,
-                "#positions": ATTR_LAST_SEEK_POSITIONS,
-                "#owner": ATTR_SEEK_OWNER,
-                "#until": ATTR_SEEK_EXPIRES_AT,
-            },
-            "ExpressionAttributeValues": {
-                ":at": n(record.at_ms),
-                ":position": s(record.position),
-                ":by": s(record.by),
-                ":positions": s(json.dumps(dict(record.positions), sort_keys=True)),
-                ":me": s(seeker),
-            },
+        _group_key(group),
+        (
+            "#lastSeekAt = :at",
+            "#lastSeekPosition = :position",
+            "#lastSeekBy = :by",
+            "#lastSeekPositions = :positions",
+        ),
+        ("#seekOwner", "#seekUntil"),
+        condition="#seekOwner = :me",
+        values={
+            ":at": n(record.at_ms),
+            ":position": s(record.position),
+            ":by": s(record.by),
+            ":positions": s(json.dumps(dict(record.positions), sort_keys=True)),
+            ":me": s(seeker),
         },
     )
-    return written
+    return update_item(clients, update).written
 
 
 def abandon_seek(clients: Clients, consumers_table: str, group: str, seeker: str) -> bool:
     """Remove our seek lock, recording nothing; False when it was not ours any more."""
-    written, _ = _group_update(
-        clients,
+    update = Update(
         consumers_table,
-        group,
-        {
-            "UpdateExpression": "REMOVE #owner, #until",
-            "ConditionExpression": "#owner = :me",
-            "ExpressionAttributeNames": {"#owner": ATTR_SEEK_OWNER, "#until": ATTR_SEEK_EXPIRES_AT},
-            "ExpressionAttributeValues": {":me": s(seeker)},
-        },
+        _group_key(group),
+        removes=("#seekOwner", "#seekUntil"),
+        condition="#seekOwner = :me",
+        values={":me": s(seeker)},
     )
-    return written
+    return update_item(clients, update).written
 
 
 @dataclass(frozen=True)
