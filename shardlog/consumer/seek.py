@@ -47,8 +47,9 @@ Protocol (requests in shardlog/dal/seek.py):
    request. A child is placed only after its parents, so when it becomes takeable its
    parents' new positions are already what a consumer sees. A lease held but not moved
    (a descendant that needs no reset) is released unchanged. A hold lost (the seek took
-   longer than the lock: a consumer took the lease once it expired) is taken again and
-   placed again, once.
+   longer than the lock and a consumer took the lease once it expired, or a worker stole
+   it to balance, counting the seek as a loaded worker) is taken again, fencing that
+   consumer, and placed again, once.
 6. **Record.** The seek (time, position, who, the new checkpoints) is written to the group
    item with the lock's removal.
 
