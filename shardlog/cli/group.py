@@ -62,7 +62,7 @@ def seek(
     as_json: bool,
 ) -> None:
     """Move every partition's checkpoint of group GROUP to a new position, fenced against
-    its running workers or Lambda runner (docs/CONSUMERS.md, "Seek").
+    its running workers or Lambda runner (docs/CONSUMERS.md section 5.1).
 
     \b
     shardlog group seek --group billing --at-timestamp 2026-11-26T09:00:00Z --dry-run
