@@ -165,6 +165,11 @@ class SeekModel(RuleBasedStateMachine):
             if move.partition_id == ROOT and move.old == C.SHARD_END and start is not None:
                 TALLY.add("parent re-opened")
             self.starts[move.partition_id] = start
+        moved = {move.partition_id for move in plan.moves}
+        leases = {lease.partition_id: lease for lease in self.tables.list_leases(GROUP)}
+        for partition in set(PARTITIONS) - moved:  # not moved: it goes on from its checkpoint
+            checkpoint = leases[partition].checkpoint if partition in leases else None
+            self.starts[partition] = None if checkpoint == C.SHARD_END else int(checkpoint or 0)
         self.mark = len(self._delivered())
         return plan
 
