@@ -63,6 +63,11 @@ CONSUMER_MODELS = (
     "tests/functional/consumer/test_model.py",
     "tests/functional/lambda_consumer/test_model.py",
 )
+SEEK = (
+    "tests/functional/consumer/test_seek.py",
+    "tests/functional/lambda_consumer/test_seek.py",
+    "tests/unit/test_seek_plan.py",
+)
 IDEMPOTENCE_MODEL = ("tests/functional/ingest/test_idempotence_model.py",)
 IDEMPOTENCE = (
     "tests/functional/ingest/test_idempotent_ingest.py",
@@ -435,8 +440,8 @@ MUTATIONS = (
         "done-at-creation-after-parents",
         "a partition done at creation is SHARD_END only once its parents are too",
         "shardlog/consumer/creation.py",
-        "if done and parents_done:",
-        "if done:",
+        "return C.SHARD_END if done and parents_done else str(seq)",
+        "return C.SHARD_END if done else str(seq)",
         START_POSITIONS,
     ),
     Mutation(
@@ -728,6 +733,47 @@ MUTATIONS = (
         "(KINESIS_FAN_OUT_CONSUMER_ACTIONS, [self.fan_out_consumer.attr_consumer_arn]),",
         "(KINESIS_FAN_OUT_CONSUMER_ACTIONS, [stream, self.fan_out_consumer.attr_consumer_arn]),",
         ("tests/infra/test_cdk_ingest_dial.py",),
+    ),
+    Mutation(
+        "seek-hold-fence",
+        "a group seek's hold: the lease taken from its owner, leaseCounter moved",
+        "shardlog/dal/seek.py",
+        '"#owner = :me",\n                "#counter = if_not_exists(#counter, :zero) + :one",\n',
+        "",
+        SEEK,
+    ),
+    Mutation(
+        "seek-parents-first",
+        "a group seek places each lease after its parents'",
+        "shardlog/consumer/seek.py",
+        "for p in lineage_order(partitions)\n        if p.partition_id in positions",
+        "for p in sorted(partitions, key=lambda p: p.partition_id)\n"
+        "        if p.partition_id in positions",
+        SEEK,
+    ),
+    Mutation(
+        "seek-reopened-descendants",
+        "a seek that re-opens a finished partition restarts its descendants at 0",
+        "shardlog/consumer/seek.py",
+        "elif reopened.intersection(partition.parents):",
+        "elif False:",
+        SEEK,
+    ),
+    Mutation(
+        "seek-clears-retry-state",
+        "a seek's placement clears a Lambda group's retry state and pending give-up",
+        "shardlog/dal/seek.py",
+        "return self._send(held, update.extended(removes=_CLEARED))",
+        "return self._send(held, update)",
+        SEEK,
+    ),
+    Mutation(
+        "seek-pending-give-up",
+        "a seek refused while a Lambda group's give-up may not be sent yet",
+        "shardlog/consumer/seek.py",
+        "if not pending:\n            return",
+        "if True:\n            return",
+        SEEK,
     ),
 )
 

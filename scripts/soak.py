@@ -121,6 +121,14 @@ MACHINES = {
             "worker and Lambda groups created before, during and after a split and a merge, at "
             "every start position; ingest lag (closed partitions still receiving), lost wakes",
         ),
+        Machine(
+            "group-seek",
+            "tests.functional.lambda_consumer.test_seek_model",
+            "SeekModel",
+            "seeks of a Lambda group to every position between runs, mid-invocation and over "
+            "crashed runners' live leases, before and after a split (a finished parent "
+            "re-opened)",
+        ),
     )
 }
 

@@ -9,7 +9,8 @@ up to ``LAG_MAX_PAGES`` GetRecords plus one GetShardIterator per partition that 
 ENDED, so callers that are looked at often (the console) ask for it only on demand.
 
 A consumer group: ``shardlog.consumer.status.group_progress`` per partition, with the lag in
-ms (one read of the oldest undelivered record per lagging partition) and the group's kind.
+ms (one read of the oldest undelivered record per lagging partition), the group's kind and
+its last seek (`shardlog group seek`: when, to what, by whom; the group item, one read).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from botocore.exceptions import ClientError
 
 from shardlog import constants as C
 from shardlog.aws import Clients
-from shardlog.consumer.status import group_kind, group_progress, lag_ms
+from shardlog.consumer.status import group_progress, lag_ms
+from shardlog.dal.seek import read_group_summary
 from shardlog.reader import LogReader
 from shardlog.tables import Lease, PartitionInfo, TableNames, Tables
 
@@ -89,7 +91,15 @@ def group_rows(
     names = Tables(clients, tables)
     rows = group_progress(names, group, now_ms)
     reader = LogReader(clients, bucket, tables, prefetch=1)
-    kind = group_kind(names, group) or "workers"
+    summary = read_group_summary(clients, tables.consumers, group)
+    kind = summary.kind or "workers"
+    last_seek = summary.last_seek.as_json() if summary.last_seek else None
     return [
-        {**row.as_json(), "lagMs": lag_ms(reader, row, now_ms), "groupKind": kind} for row in rows
+        {
+            **row.as_json(),
+            "lagMs": lag_ms(reader, row, now_ms),
+            "groupKind": kind,
+            "lastSeek": last_seek,
+        }
+        for row in rows
     ]

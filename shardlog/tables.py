@@ -29,6 +29,15 @@ _DESERIALIZER = TypeDeserializer()
 ATTR_TRANSFER_REQUESTED_BY: Final = "leaseTransferRequestedBy"
 ATTR_TRANSFER_REQUESTED_AT: Final = "leaseTransferRequestedAt"
 
+# A group seek (`shardlog group seek`, docs/TABLES.md 8.1), on the group's "$group" item: the
+# seek in progress (its lock: who, until when, epoch ms) and the record of the last one done.
+ATTR_SEEK_OWNER: Final = "seekOwner"
+ATTR_SEEK_EXPIRES_AT: Final = "seekExpiresAt"
+ATTR_LAST_SEEK_AT: Final = "lastSeekAt"  # epoch ms
+ATTR_LAST_SEEK_POSITION: Final = "lastSeekPosition"  # StartPosition.describe()
+ATTR_LAST_SEEK_BY: Final = "lastSeekBy"
+ATTR_LAST_SEEK_POSITIONS: Final = "lastSeekPositions"  # JSON: partition -> checkpoint set
+
 
 TRANSACTION_CANCELED: Final = "TransactionCanceledException"
 # The cancellation reason of a transaction item whose condition did not hold.
@@ -232,6 +241,12 @@ PLACEHOLDERS: Final = {
     "#bytes": C.ATTR_COMMITTED_BYTES,
     "#kind": C.ATTR_GROUP_KIND,
     "#created": C.ATTR_GROUP_CREATED_AT,
+    "#seekOwner": ATTR_SEEK_OWNER,
+    "#seekUntil": ATTR_SEEK_EXPIRES_AT,
+    "#lastSeekAt": ATTR_LAST_SEEK_AT,
+    "#lastSeekPosition": ATTR_LAST_SEEK_POSITION,
+    "#lastSeekBy": ATTR_LAST_SEEK_BY,
+    "#lastSeekPositions": ATTR_LAST_SEEK_POSITIONS,
     "#rstart": C.ATTR_RETRY_START,
     "#rend": C.ATTR_RETRY_END,
     "#rsize": C.ATTR_RETRY_SIZE,

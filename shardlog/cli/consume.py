@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import threading
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -198,7 +198,7 @@ def consume(
             idle_poll_interval_ms=idle_poll_interval_ms,
             active_poll_interval_ms=active_poll_interval_ms,
             active_period_ms=active_period_ms,
-            start_position=_start_position(start_position, at_timestamp, at_sequence),
+            start_position=start_position_of(start_position, at_timestamp, at_sequence),
             failure_backoff_ms=failure_backoff_ms,
             max_failure_backoff_ms=max_failure_backoff_ms,
             graceful_handoff=graceful_handoff,
@@ -283,14 +283,15 @@ def _load(path: str) -> Any:
     return target
 
 
-def _start_position(
+def start_position_of(
     kind: str, at_timestamp: str | None, at_sequence: tuple[str, ...]
 ) -> StartPosition:
+    """A start position from the CLI's options (also `shardlog group seek`'s)."""
     position = InitialPosition(kind)
     if position is InitialPosition.AT_TIMESTAMP:
         if at_timestamp is None:
             raise ValidationError("at_timestamp", "AT_TIMESTAMP needs --at-timestamp")
-        return StartPosition.at_timestamp(_epoch_ms(at_timestamp))
+        return StartPosition.at_timestamp(epoch_ms(at_timestamp))
     if position is InitialPosition.AT_SEQUENCE:
         sequences = {}
         for item in at_sequence:
@@ -304,7 +305,8 @@ def _start_position(
     return StartPosition.trim_horizon()
 
 
-def _epoch_ms(value: str) -> int:
+def epoch_ms(value: str) -> int:
+    """Epoch ms, or ISO 8601 with a timezone, as epoch ms."""
     if value.isdigit():
         return int(value)
     try:
@@ -328,6 +330,10 @@ def echo_group_status(config: ShardlogConfig, group: str, as_json: bool) -> None
         click.echo(json.dumps(rows, indent=2))
         return
     click.echo(f"consumer group {group} ({'a Lambda function' if kind == 'lambda' else kind})")
+    last_seek = rows[0]["lastSeek"] if rows else None
+    if last_seek:
+        at = datetime.fromtimestamp(last_seek["at"] / 1000, UTC).isoformat(timespec="seconds")
+        click.echo(f"last seek: to {last_seek['position']} at {at} by {last_seek['by']}")
     click.echo(
         f"{'partition':<22} {'state':<7} {'next_seq':>9} {'checkpoint':>10} {'lag':>7} "
         f"{'lag ms':>9}  owner"

@@ -533,6 +533,7 @@ def main() -> None:  # pragma: no cover - console entry
 
 
 from shardlog.cli.console import console as _console  # noqa: E402 - after cli exists
+from shardlog.cli.group import group as _group_group  # noqa: E402 - after cli exists
 from shardlog.cli.lake import lake as _lake_group  # noqa: E402 - after cli exists
 from shardlog.cli.smoke import smoke as _smoke  # noqa: E402 - after cli exists
 from shardlog.cli.spark import spark as _spark_group  # noqa: E402 - after cli exists
@@ -542,3 +543,4 @@ cli.add_command(_lake_group)
 cli.add_command(consume)
 cli.add_command(_smoke)
 cli.add_command(_console)
+cli.add_command(_group_group)

@@ -427,10 +427,25 @@ def group_page(view: GroupView, where: str) -> str:
         + "<h2>Lag, last hour</h2>"
         + charts(view.trend)
         + _on_failure(view)
-        + "<p>Seeking a group is not offered: shardlog has no fenced seek of a group's "
-        "checkpoints yet.</p>"
+        + _last_seek(view)
     )
     return page(f"Consumer group {view.name}", body, where)
+
+
+def _last_seek(view: GroupView) -> str:
+    """The group's last seek, and how to seek it (the console only reads)."""
+    last = view.rows[0].get("lastSeek") if view.rows else None
+    done = (
+        f'<p id="last-seek">Last seek: to <span data-field="lastSeekPosition">'
+        f"{e(last['position'])}</span> at {e(iso_ms(last['at']))} by {e(last['by'])}.</p>"
+        if last
+        else ""
+    )
+    return done + (
+        "<p>To seek the group (every partition's checkpoint, fenced against its running "
+        f"consumers): <code>shardlog group seek --group {e(view.name)} --dry-run ...</code> "
+        "(the console only reads).</p>"
+    )
 
 
 def _on_failure(view: GroupView) -> str:

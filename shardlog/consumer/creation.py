@@ -38,7 +38,7 @@ registration, computed then; partitions it already has lease items for keep them
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 from shardlog import constants as C
 from shardlog.aws import Clients
@@ -59,6 +59,7 @@ __all__ = [
     "GroupRecord",
     "positions_at_creation",
     "read_group",
+    "settled",
 ]
 _KIND_NAMES = {WORKERS: "worker", LAMBDA: "Lambda"}
 
@@ -72,12 +73,22 @@ def positions_at_creation(
     positions: dict[str, str] = {}
     for partition in ordered:
         seq, done = _start_of(reader, partition, start)
-        parents_done = all(positions.get(p) == C.SHARD_END for p in partition.parents if p in known)
-        if done and parents_done:
-            positions[partition.partition_id] = C.SHARD_END
-        else:
-            positions[partition.partition_id] = str(seq)
+        positions[partition.partition_id] = settled(partition, seq, done, positions, known)
     return positions
+
+
+def settled(
+    partition: PartitionInfo,
+    seq: int,
+    done: bool,
+    positions: Mapping[str, str],
+    known: Collection[str],
+) -> str:
+    """A partition's position: ``SHARD_END`` when nothing is left to read in it and every
+    known parent's position is ``SHARD_END`` too (so no child is marked done ahead of an
+    ancestor the group still reads), else the seq (also used by shardlog/consumer/seek.py)."""
+    parents_done = all(positions.get(p) == C.SHARD_END for p in partition.parents if p in known)
+    return C.SHARD_END if done and parents_done else str(seq)
 
 
 def _start_of(
@@ -162,6 +173,7 @@ class GroupCreator:
             raise ConfigurationError(
                 f"consumer group {record.group!r}: starting position {start.describe()} refused: "
                 f"the group was created at {record.start} and its positions were fixed then; "
-                "to start at another position, create a new group (another name)"
+                "keep that setting and move the group with `shardlog group seek`, or create a "
+                "new group (another name)"
             )
         return record

@@ -50,3 +50,8 @@ class CheckpointLeaseLostError(CheckpointError, LeaseLostError):
 
 class ProcessorFailedError(ConsumerError):
     """The record processor is gone (a child process crashed or hung): hand the partition off."""
+
+
+class SeekRefusedError(ConsumerError):
+    """A group seek was refused before it moved anything (another seek in progress, a Lambda
+    group's give-up not sent yet), or stopped (its hold on a lease was lost twice)."""

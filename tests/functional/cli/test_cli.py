@@ -28,6 +28,8 @@ from tests.support.factories import incoming_records, writer_for
         ["spark"],
         ["spark", "run"],
         ["spark", "summary"],
+        ["group"],
+        ["group", "seek"],
     ],
 )
 def test_every_command_has_help(command: list[str]) -> None:
