@@ -31,10 +31,17 @@ and here they would otherwise share two cores with each other as well as with th
 and the embedded AWS. Shards: `local up`'s 4, or more when the rate needs them (a Kinesis
 shard takes at most 1,000 records/s).
 
+With ``--stages`` a run also shows where its time went (bench/latency_stages.py): for a
+Lambda consumer, each record's produce -> committed -> wake sent -> run started -> invoked,
+the runs and the wake queue's wait; for every run, the CPU of each thread of this process
+(the interpreter lock lets its Python code use one core at most). ``--profile-runner PATH``
+writes a cProfile of the Lambda consumer's runner thread (``python -m pstats PATH``).
+
 Exits non-zero unless every produced record was committed exactly once and delivered to
 every consumer. The last line is `p99 produce-to-committed at 1000 records/s: <N> ms`
 (default window). Usage:
 python bench/latency.py [--quick] [--rates 100,1000,5000] [--seconds S] [--json PATH]
+    [--consumers worker,lambda] [--stages] [--profile-runner PATH]
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import common  # first: the repository importable, Powertools quiet
+from latency_stages import LambdaStages, ThreadCpu, profiled
 
 from shardlog import constants as C
 from shardlog.config import ShardlogConfig
@@ -197,6 +205,8 @@ class RunResult:
     paths: dict[str, dict[str, float]] = field(default_factory=dict)
     warmup_paths: dict[str, dict[str, float]] = field(default_factory=dict)  # not timed above
     errors: list[str] = field(default_factory=list)
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)  # with --stages
+    cpu: str = ""  # with --stages: the CPU of this process's threads while producing
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -222,6 +232,11 @@ class RunResult:
                 for name, figures in self.warmup_paths.items()
             },
             "errors": self.errors,
+            "stages": {
+                name: {k: round(v, 1) for k, v in figures.items()}
+                for name, figures in self.stages.items()
+            },
+            "cpu": self.cpu,
         }
 
 
@@ -306,17 +321,22 @@ def run_once(
     consumer: Consumer | None = None,
     shards: int | None = None,
     warmup_s: float = 0.0,
+    stages: bool = False,
+    profile_runner: Path | None = None,
 ) -> RunResult:
     """The ingest alone (``consumer`` None: produce-to-committed), or the ingest and one
     consumer (that consumer's path)."""
     shards = shards or max(LOCAL_UP_SHARDS, -(-rate // KINESIS_SHARD_RECORDS_PER_S))
     lambda_seen = Arrivals()
     with_lambda = consumer is not None and consumer.kind == "lambda"
+    lambda_stages = LambdaStages() if stages and with_lambda else None
     lambda_groups = (
         [
             LocalGroup(
                 LambdaConsumerSettings(group=LAMBDA_GROUP, function_name="bench:note"),
-                lambda_seen.function,
+                lambda_stages.function(lambda_seen.function)
+                if lambda_stages
+                else lambda_seen.function,
                 "bench:note",
             )
         ]
@@ -338,8 +358,11 @@ def run_once(
     context = multiprocessing.get_context("spawn")
     stop, results = context.Event(), context.Queue()
     sent_at: dict[str, float] = {}
+    cpu = ThreadCpu()
     with runtime:
         runtime.poller.handler = timed_ingest(runtime.poller.handler, committed)
+        if runtime.lambda_consumers is not None:
+            instrument_lambda(runtime, lambda_stages, profile_runner)
         runtime.run_in_background()
         worker = None
         if consumer is not None and consumer.kind == "worker":
@@ -357,7 +380,9 @@ def run_once(
                 raise SystemExit("the worker did not take every partition within 60 s")
         producer = Producer(runtime.config.stream_name, runtime.config.clients())
         started = time.monotonic()
+        cpu.start()
         keys, lag_ms = produce_steadily(producer, rate, warmup_s + seconds, record_bytes, sent_at)
+        cpu.stop()
         elapsed = time.monotonic() - started
         in_process = [committed, *([lambda_seen] if with_lambda else [])]
         wait_for(
@@ -385,6 +410,7 @@ def run_once(
             ingest_requests=runtime.ingest_requests.total,
             consumer=consumer.label if consumer is not None else "",
             errors=errors,
+            cpu=cpu.summary() if stages else "",
         )
     if consumer is None:
         name, arrivals, twice = COMMITTED, committed, 0
@@ -407,7 +433,27 @@ def run_once(
         result.paths[name] = latency(keys[warm:])
         if warm:
             result.warmup_paths[name] = latency(keys[:warm])
+        if lambda_stages is not None:
+            result.stages = lambda_stages.breakdown(
+                keys[warm:], sent_at, committed.first, arrivals.first, percentiles
+            )
     return result
+
+
+def instrument_lambda(
+    runtime: LocalRuntime, stages: LambdaStages | None, profile_runner: Path | None
+) -> None:
+    """Time the waker and each runner (``--stages``); profile the runner threads."""
+    consumers = runtime.lambda_consumers
+    assert consumers is not None and consumers.stream is not None
+    if stages is not None:
+        consumers.stream.handler = stages.waker(consumers.stream.handler)
+    for group, source in consumers.sources.items():
+        if stages is not None:
+            source.handler = stages.runner(source.handler)
+        if profile_runner is not None:
+            path = profile_runner.with_name(f"{profile_runner.name}.{group}")
+            source.run = profiled(source.run, path)  # type: ignore[method-assign]
 
 
 def _figures(f: dict[str, float]) -> str:
@@ -424,6 +470,10 @@ def print_table(results: Sequence[RunResult]) -> None:
             print(f"{r.rate:>6} {r.window_ms:>5}ms {name:<38} {_figures(f)}")
         for f in r.warmup_paths.values():
             print(f"{'':>14} {'(warm-up, not timed above)':<38} {_figures(f)}")
+        for stage, f in r.stages.items():
+            print(f"{'':>14} {'  ' + stage:<38} {_figures(f)}")
+        if r.cpu:
+            print(f"{'':>14} {r.cpu}")
         print(
             f"{'':>14} {r.shards} shards, {r.produced} records at {r.achieved_rate:.0f}/s "
             f"(producer lag max {r.max_producer_lag_ms:.0f} ms); ingest: {r.invocations} "
@@ -490,14 +540,37 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the ingest-alone runs only: no worker, no Lambda consumer",
     )
+    parser.add_argument(
+        "--consumers",
+        default="worker,lambda",
+        help="the consumers measured beside the ingest: worker, lambda, or both",
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also show where the time went: the Lambda consumer's stages, each thread's CPU",
+    )
+    parser.add_argument(
+        "--profile-runner",
+        type=Path,
+        default=None,
+        help="write a cProfile of each Lambda consumer runner thread to PATH.<group>",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     seconds = args.seconds or (6.0 if args.quick else 20.0)
     rates = [int(r) for r in args.rates.split(",")]
     windows = [int(w) for w in args.windows_ms.split(",")]
+    kinds = {k.strip() for k in args.consumers.split(",") if k.strip()}
+    if not kinds <= {"worker", "lambda"}:
+        parser.error(f"--consumers: worker and/or lambda, got {args.consumers!r}")
     consumers = [
-        *(Consumer("worker", int(ms)) for ms in args.worker_busy_poll_ms.split(",")),
-        Consumer("lambda"),
+        *(
+            Consumer("worker", int(ms))
+            for ms in args.worker_busy_poll_ms.split(",")
+            if "worker" in kinds
+        ),
+        *([Consumer("lambda")] if "lambda" in kinds else []),
     ]
     consumer_windows = {int(w) for w in args.consumer_windows_ms.split(",")}
     logging.basicConfig(level=logging.ERROR)
@@ -521,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
                         consumer,
                         args.shards,
                         args.warmup_seconds,
+                        args.stages,
+                        args.profile_runner,
                     )
                 )
     print(
@@ -548,7 +623,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return f"{run.paths[path]['p99']:.0f}" if run else "n/a"
 
-    print(f"p99 {consumers[0].path} at 1000 records/s: {p99_at_1000(consumers[0].path)} ms")
+    if consumers:
+        print(f"p99 {consumers[0].path} at 1000 records/s: {p99_at_1000(consumers[0].path)} ms")
     print(f"p99 produce-to-committed at 1000 records/s: {p99_at_1000(COMMITTED)} ms")
     return 1 if failed else 0
 
