@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from shardlog import constants as C
+
 Handler = Callable[[dict[str, Any], Any], Any]
 STAGES = ("committed", "wake sent", "run started", "invoked")
 
@@ -56,8 +58,8 @@ class LambdaStages:
             with self._lock:
                 for record in event.get("Records", []):
                     new = record.get("dynamodb", {}).get("NewImage") or {}
-                    head = new.get("nextSequenceNumber", {}).get("N")
-                    partition = new.get("partitionId", {}).get("S")
+                    head = new.get(C.ATTR_NEXT_SEQUENCE_NUMBER, {}).get("N")
+                    partition = new.get(C.ATTR_PARTITION_ID, {}).get("S")
                     if head is not None and partition is not None:
                         self._wakes.setdefault(partition, []).append((int(head), now))
             return answer
