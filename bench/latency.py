@@ -15,7 +15,10 @@ time. Per record it measures, from the start of the PutRecords call that put it:
   (time.monotonic is system-wide on Linux, so the worker's delivery times compare with the
   producer's);
 - lambda: the invocation of a Lambda consumer group's function (partitions stream ->
-  waker -> SQS FIFO wake queue -> runner, as `local up --lambda-consumer` runs it).
+  waker -> SQS FIFO wake queue -> runner: `local up --lambda-consumer`'s event sources and
+  handlers), in a process of its own like the worker (on AWS the waker and the runner are
+  Lambda functions with compute of their own); ``--consumers lambda-in-process`` runs them
+  in the runtime's process instead, as `local up --lambda-consumer` does.
 
 Each run produces for a warm-up (``--warmup-seconds``, 3 s) before the timed records: by then
 the ingest has committed and a worker has delivered on every partition, so it busy-polls as
@@ -71,7 +74,7 @@ from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
 from shardlog.format import LogRecord
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings
-from shardlog.local.lambda_consumers import LocalGroup
+from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
 from shardlog.producer import Producer
@@ -90,7 +93,8 @@ WARMUP_S = 3.0
 DEFAULT_WINDOW_MS = C.INGEST_BATCHING_WINDOW_S * 1000
 DEFAULT_IDLE_POLL_MS = ConsumerSettings().idle_poll_interval_ms
 DEFAULT_BUSY_POLL_MS = ConsumerSettings().active_poll_interval_ms
-LAMBDA_GROUP = "latency-lambda"
+LAMBDA_GROUP = "latency-lambda"  # and the run's tag: a group's wake queue is named by it,
+# and moto's queues outlive a run (a later run would get the earlier one's wakes)
 COMMITTED = "produce-to-committed"
 LAMBDA_CONSUMER = "produce-to-Lambda-consumer"
 
@@ -170,6 +174,47 @@ def worker_process(
         stop.wait(0.05)  # bounded: the loop ends when the run stops it
     thread.join(30)
     out.put((busy_poll_ms, seen.first, seen.duplicates()))
+
+
+def lambda_process(
+    config: ShardlogConfig,
+    group_name: str,
+    stages_on: bool,
+    profile_runner: Path | None,
+    ready: Any,
+    stop: Any,
+    seen_count: Any,
+    out: Any,
+) -> None:
+    """A Lambda consumer group's local event sources and handlers (waker, wake queue,
+    runner, the function) in a process of their own: tells when they run (``ready``), counts
+    the distinct records delivered (``seen_count``), and when stopped sends back the first
+    invocation time of each record, the duplicates, and with ``stages_on`` where the time
+    went."""
+    logging.getLogger("shardlog").setLevel(logging.ERROR)
+    seen = Arrivals()
+    stages = LambdaStages() if stages_on else None
+
+    def function(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        answer = seen.function(event, context)
+        seen_count.value = len(seen.first)
+        return answer
+
+    group = LocalGroup(
+        LambdaConsumerSettings(group=group_name, function_name="bench:note"),
+        stages.function(function) if stages else function,
+        "bench:note",
+    )
+    consumers = LocalLambdaConsumers(config.clients(), config, [group]).start()
+    instrument_lambda(consumers, stages, profile_runner)
+    cpu = ThreadCpu()
+    cpu.start()
+    consumers.run_in_background(stop)
+    ready.set()
+    stop.wait(DRAIN_TIMEOUT_S + 3_600)  # bounded: the run sets it
+    cpu.stop()
+    consumers.join(30)
+    out.put((seen.first, seen.duplicates(), stages.export() if stages else None, cpu.summary()))
 
 
 def worker_path(busy_poll_ms: int) -> str:
@@ -301,12 +346,14 @@ class Consumer:
     """One consumer measured beside the ingest: a worker (with its busy poll) or a Lambda
     consumer group."""
 
-    kind: str  # "worker" or "lambda"
+    kind: str  # "worker", "lambda" (a process of its own) or "lambda-in-process"
     busy_poll_ms: int = 0
 
     @property
     def path(self) -> str:
-        return worker_path(self.busy_poll_ms) if self.kind == "worker" else LAMBDA_CONSUMER
+        if self.kind == "worker":
+            return worker_path(self.busy_poll_ms)
+        return LAMBDA_CONSUMER if self.kind == "lambda" else f"{LAMBDA_CONSUMER} (in-process)"
 
     @property
     def label(self) -> str:
@@ -328,12 +375,15 @@ def run_once(
     consumer (that consumer's path)."""
     shards = shards or max(LOCAL_UP_SHARDS, -(-rate // KINESIS_SHARD_RECORDS_PER_S))
     lambda_seen = Arrivals()
-    with_lambda = consumer is not None and consumer.kind == "lambda"
-    lambda_stages = LambdaStages() if stages and with_lambda else None
+    kind = consumer.kind if consumer is not None else ""
+    with_lambda = kind == "lambda-in-process"
+    lambda_stages = LambdaStages() if stages and kind.startswith("lambda") else None
+    tag = f"{rate}-{window_ms}-{uuid.uuid4().hex[:6]}"
+    group_name = f"{LAMBDA_GROUP}-{tag}"
     lambda_groups = (
         [
             LocalGroup(
-                LambdaConsumerSettings(group=LAMBDA_GROUP, function_name="bench:note"),
+                LambdaConsumerSettings(group=group_name, function_name="bench:note"),
                 lambda_stages.function(lambda_seen.function)
                 if lambda_stages
                 else lambda_seen.function,
@@ -343,7 +393,6 @@ def run_once(
         if with_lambda
         else []
     )
-    tag = f"{rate}-{window_ms}-{uuid.uuid4().hex[:6]}"
     runtime = LocalRuntime(
         # Fresh names per run: moto's state is per process, shared by every run's server.
         common.named_log(f"latency-{tag}"),
@@ -362,22 +411,29 @@ def run_once(
     with runtime:
         runtime.poller.handler = timed_ingest(runtime.poller.handler, committed)
         if runtime.lambda_consumers is not None:
-            instrument_lambda(runtime, lambda_stages, profile_runner)
+            instrument_lambda(runtime.lambda_consumers, lambda_stages, profile_runner)
         runtime.run_in_background()
         worker = None
-        if consumer is not None and consumer.kind == "worker":
+        if kind in ("worker", "lambda"):
+            assert consumer is not None
             ready, count = context.Event(), context.Value("i", 0)
             process = context.Process(
-                target=worker_process,
-                args=(runtime.config, shards, consumer.busy_poll_ms, ready, stop, count, results),
+                target=worker_process if kind == "worker" else lambda_process,
+                args=(
+                    (runtime.config, shards, consumer.busy_poll_ms)
+                    if kind == "worker"
+                    else (runtime.config, group_name, stages, profile_runner)
+                )
+                + (ready, stop, count, results),
                 daemon=True,
             )
             process.start()
             worker = (process, ready, count)
-            # Start producing once the worker holds every partition (a steady state).
+            # Start producing once the worker holds every partition (a steady state), or the
+            # Lambda consumer's event sources run.
             if not wait_for(ready.is_set, 60):
                 stop.set()
-                raise SystemExit("the worker did not take every partition within 60 s")
+                raise SystemExit(f"the {consumer.label} was not ready within 60 s")
         producer = Producer(runtime.config.stream_name, runtime.config.clients())
         started = time.monotonic()
         cpu.start()
@@ -393,9 +449,17 @@ def run_once(
             DRAIN_TIMEOUT_S,
         )
         stop.set()
+        child_cpu = ""
         if worker is not None:
             with contextlib.suppress(queue.Empty):  # then the worker's path reports it missing
-                _, worker_seen.first, worker_duplicates = results.get(timeout=60)
+                if kind == "worker":
+                    _, worker_seen.first, worker_duplicates = results.get(timeout=60)
+                else:
+                    worker_seen.first, worker_duplicates, exported, child_cpu = results.get(
+                        timeout=60
+                    )
+                    if lambda_stages is not None and exported is not None:
+                        lambda_stages = LambdaStages.from_export(exported)
             worker[0].join(30)
         errors = check_log(runtime, keys)
         result = RunResult(
@@ -410,7 +474,9 @@ def run_once(
             ingest_requests=runtime.ingest_requests.total,
             consumer=consumer.label if consumer is not None else "",
             errors=errors,
-            cpu=cpu.summary() if stages else "",
+            cpu=(cpu.summary() + (f"; its own process: {child_cpu}" if child_cpu else ""))
+            if stages
+            else "",
         )
     if consumer is None:
         name, arrivals, twice = COMMITTED, committed, 0
@@ -441,11 +507,10 @@ def run_once(
 
 
 def instrument_lambda(
-    runtime: LocalRuntime, stages: LambdaStages | None, profile_runner: Path | None
+    consumers: LocalLambdaConsumers, stages: LambdaStages | None, profile_runner: Path | None
 ) -> None:
     """Time the waker and each runner (``--stages``); profile the runner threads."""
-    consumers = runtime.lambda_consumers
-    assert consumers is not None and consumers.stream is not None
+    assert consumers.stream is not None
     if stages is not None:
         consumers.stream.handler = stages.waker(consumers.stream.handler)
     for group, source in consumers.sources.items():
@@ -543,7 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--consumers",
         default="worker,lambda",
-        help="the consumers measured beside the ingest: worker, lambda, or both",
+        help="the consumers measured beside the ingest, comma-separated: worker, lambda (in a "
+        "process of its own), lambda-in-process (in the runtime's, as `local up` runs it)",
     )
     parser.add_argument(
         "--stages",
@@ -562,15 +628,15 @@ def main(argv: list[str] | None = None) -> int:
     rates = [int(r) for r in args.rates.split(",")]
     windows = [int(w) for w in args.windows_ms.split(",")]
     kinds = {k.strip() for k in args.consumers.split(",") if k.strip()}
-    if not kinds <= {"worker", "lambda"}:
-        parser.error(f"--consumers: worker and/or lambda, got {args.consumers!r}")
+    if not kinds <= {"worker", "lambda", "lambda-in-process"}:
+        parser.error(f"--consumers: worker, lambda, lambda-in-process; got {args.consumers!r}")
     consumers = [
         *(
             Consumer("worker", int(ms))
             for ms in args.worker_busy_poll_ms.split(",")
             if "worker" in kinds
         ),
-        *([Consumer("lambda")] if "lambda" in kinds else []),
+        *(Consumer(k) for k in ("lambda", "lambda-in-process") if k in kinds),
     ]
     consumer_windows = {int(w) for w in args.consumer_windows_ms.split(",")}
     logging.basicConfig(level=logging.ERROR)

@@ -106,6 +106,28 @@ class LambdaStages:
 
         return handle
 
+    # --- across processes ----------------------------------------------------------------
+    def export(self) -> dict[str, Any]:
+        """What the figures need, picklable (a Lambda consumer run in a process of its own)."""
+        with self._lock:
+            return {
+                "wakes": self._wakes,
+                "delivered_by": self.delivered_by,
+                "run_ms": self.run_ms,
+                "idle_runs": self.idle_runs,
+                "queue_wait_ms": self.queue_wait_ms,
+            }
+
+    @classmethod
+    def from_export(cls, data: Mapping[str, Any]) -> LambdaStages:
+        stages = cls()
+        stages._wakes = data["wakes"]
+        stages.delivered_by = data["delivered_by"]
+        stages.run_ms = data["run_ms"]
+        stages.idle_runs = data["idle_runs"]
+        stages.queue_wait_ms = data["queue_wait_ms"]
+        return stages
+
     # --- figures -------------------------------------------------------------------------
     def _wake_time(self, partition: str, seq: int) -> float | None:
         wakes = self._wakes.get(partition, [])
