@@ -15,7 +15,10 @@ time. Per record it measures, from the start of the PutRecords call that put it:
   (time.monotonic is system-wide on Linux, so the worker's delivery times compare with the
   producer's);
 - lambda: the invocation of a Lambda consumer group's function (partitions stream ->
-  waker -> SQS FIFO wake queue -> runner, as `local up --lambda-consumer` runs it).
+  waker -> SQS FIFO wake queue -> runner: `local up --lambda-consumer`'s event sources and
+  handlers), in a process of its own like the worker (on AWS the waker and the runner are
+  Lambda functions with compute of their own); ``--consumers lambda-in-process`` runs them
+  in the runtime's process instead, as `local up --lambda-consumer` does.
 
 Each run produces for a warm-up (``--warmup-seconds``, 3 s) before the timed records: by then
 the ingest has committed and a worker has delivered on every partition, so it busy-polls as
@@ -31,10 +34,17 @@ and here they would otherwise share two cores with each other as well as with th
 and the embedded AWS. Shards: `local up`'s 4, or more when the rate needs them (a Kinesis
 shard takes at most 1,000 records/s).
 
+With ``--stages`` a run also shows where its time went (bench/latency_stages.py): for a
+Lambda consumer, each record's produce -> committed -> wake sent -> run started -> invoked,
+the runs and the wake queue's wait; for every run, the CPU of each thread of this process
+(the interpreter lock lets its Python code use one core at most). ``--profile-runner PATH``
+writes a cProfile of the Lambda consumer's runner thread (``python -m pstats PATH``).
+
 Exits non-zero unless every produced record was committed exactly once and delivered to
 every consumer. The last line is `p99 produce-to-committed at 1000 records/s: <N> ms`
 (default window). Usage:
 python bench/latency.py [--quick] [--rates 100,1000,5000] [--seconds S] [--json PATH]
+    [--consumers worker,lambda] [--stages] [--profile-runner PATH]
 """
 
 from __future__ import annotations
@@ -57,13 +67,14 @@ from pathlib import Path
 from typing import Any
 
 import common  # first: the repository importable, Powertools quiet
+from latency_stages import LambdaStages, ThreadCpu, profiled
 
 from shardlog import constants as C
 from shardlog.config import ShardlogConfig
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
 from shardlog.format import LogRecord
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings
-from shardlog.local.lambda_consumers import LocalGroup
+from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
 from shardlog.producer import Producer
@@ -82,7 +93,8 @@ WARMUP_S = 3.0
 DEFAULT_WINDOW_MS = C.INGEST_BATCHING_WINDOW_S * 1000
 DEFAULT_IDLE_POLL_MS = ConsumerSettings().idle_poll_interval_ms
 DEFAULT_BUSY_POLL_MS = ConsumerSettings().active_poll_interval_ms
-LAMBDA_GROUP = "latency-lambda"
+LAMBDA_GROUP = "latency-lambda"  # and the run's tag: a group's wake queue is named by it,
+# and moto's queues outlive a run (a later run would get the earlier one's wakes)
 COMMITTED = "produce-to-committed"
 LAMBDA_CONSUMER = "produce-to-Lambda-consumer"
 
@@ -164,6 +176,47 @@ def worker_process(
     out.put((busy_poll_ms, seen.first, seen.duplicates()))
 
 
+def lambda_process(
+    config: ShardlogConfig,
+    group_name: str,
+    stages_on: bool,
+    profile_runner: Path | None,
+    ready: Any,
+    stop: Any,
+    seen_count: Any,
+    out: Any,
+) -> None:
+    """A Lambda consumer group's local event sources and handlers (waker, wake queue,
+    runner, the function) in a process of their own: tells when they run (``ready``), counts
+    the distinct records delivered (``seen_count``), and when stopped sends back the first
+    invocation time of each record, the duplicates, and with ``stages_on`` where the time
+    went."""
+    logging.getLogger("shardlog").setLevel(logging.ERROR)
+    seen = Arrivals()
+    stages = LambdaStages() if stages_on else None
+
+    def function(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        answer = seen.function(event, context)
+        seen_count.value = len(seen.first)
+        return answer
+
+    group = LocalGroup(
+        LambdaConsumerSettings(group=group_name, function_name="bench:note"),
+        stages.function(function) if stages else function,
+        "bench:note",
+    )
+    consumers = LocalLambdaConsumers(config.clients(), config, [group]).start()
+    instrument_lambda(consumers, stages, profile_runner)
+    cpu = ThreadCpu()
+    cpu.start()
+    consumers.run_in_background(stop)
+    ready.set()
+    stop.wait(DRAIN_TIMEOUT_S + 3_600)  # bounded: the run sets it
+    cpu.stop()
+    consumers.join(30)
+    out.put((seen.first, seen.duplicates(), stages.export() if stages else None, cpu.summary()))
+
+
 def worker_path(busy_poll_ms: int) -> str:
     if busy_poll_ms >= DEFAULT_IDLE_POLL_MS:
         return f"produce-to-worker (poll {DEFAULT_IDLE_POLL_MS} ms)"
@@ -197,6 +250,8 @@ class RunResult:
     paths: dict[str, dict[str, float]] = field(default_factory=dict)
     warmup_paths: dict[str, dict[str, float]] = field(default_factory=dict)  # not timed above
     errors: list[str] = field(default_factory=list)
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)  # with --stages
+    cpu: str = ""  # with --stages: the CPU of this process's threads while producing
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -222,6 +277,11 @@ class RunResult:
                 for name, figures in self.warmup_paths.items()
             },
             "errors": self.errors,
+            "stages": {
+                name: {k: round(v, 1) for k, v in figures.items()}
+                for name, figures in self.stages.items()
+            },
+            "cpu": self.cpu,
         }
 
 
@@ -286,12 +346,14 @@ class Consumer:
     """One consumer measured beside the ingest: a worker (with its busy poll) or a Lambda
     consumer group."""
 
-    kind: str  # "worker" or "lambda"
+    kind: str  # "worker", "lambda" (a process of its own) or "lambda-in-process"
     busy_poll_ms: int = 0
 
     @property
     def path(self) -> str:
-        return worker_path(self.busy_poll_ms) if self.kind == "worker" else LAMBDA_CONSUMER
+        if self.kind == "worker":
+            return worker_path(self.busy_poll_ms)
+        return LAMBDA_CONSUMER if self.kind == "lambda" else f"{LAMBDA_CONSUMER} (in-process)"
 
     @property
     def label(self) -> str:
@@ -306,24 +368,31 @@ def run_once(
     consumer: Consumer | None = None,
     shards: int | None = None,
     warmup_s: float = 0.0,
+    stages: bool = False,
+    profile_runner: Path | None = None,
 ) -> RunResult:
     """The ingest alone (``consumer`` None: produce-to-committed), or the ingest and one
     consumer (that consumer's path)."""
     shards = shards or max(LOCAL_UP_SHARDS, -(-rate // KINESIS_SHARD_RECORDS_PER_S))
     lambda_seen = Arrivals()
-    with_lambda = consumer is not None and consumer.kind == "lambda"
+    kind = consumer.kind if consumer is not None else ""
+    with_lambda = kind == "lambda-in-process"
+    lambda_stages = LambdaStages() if stages and kind.startswith("lambda") else None
+    tag = f"{rate}-{window_ms}-{uuid.uuid4().hex[:6]}"
+    group_name = f"{LAMBDA_GROUP}-{tag}"
     lambda_groups = (
         [
             LocalGroup(
-                LambdaConsumerSettings(group=LAMBDA_GROUP, function_name="bench:note"),
-                lambda_seen.function,
+                LambdaConsumerSettings(group=group_name, function_name="bench:note"),
+                lambda_stages.function(lambda_seen.function)
+                if lambda_stages
+                else lambda_seen.function,
                 "bench:note",
             )
         ]
         if with_lambda
         else []
     )
-    tag = f"{rate}-{window_ms}-{uuid.uuid4().hex[:6]}"
     runtime = LocalRuntime(
         # Fresh names per run: moto's state is per process, shared by every run's server.
         common.named_log(f"latency-{tag}"),
@@ -338,26 +407,38 @@ def run_once(
     context = multiprocessing.get_context("spawn")
     stop, results = context.Event(), context.Queue()
     sent_at: dict[str, float] = {}
+    cpu = ThreadCpu()
     with runtime:
         runtime.poller.handler = timed_ingest(runtime.poller.handler, committed)
+        if runtime.lambda_consumers is not None:
+            instrument_lambda(runtime.lambda_consumers, lambda_stages, profile_runner)
         runtime.run_in_background()
         worker = None
-        if consumer is not None and consumer.kind == "worker":
+        if kind in ("worker", "lambda"):
+            assert consumer is not None
             ready, count = context.Event(), context.Value("i", 0)
             process = context.Process(
-                target=worker_process,
-                args=(runtime.config, shards, consumer.busy_poll_ms, ready, stop, count, results),
+                target=worker_process if kind == "worker" else lambda_process,
+                args=(
+                    (runtime.config, shards, consumer.busy_poll_ms)
+                    if kind == "worker"
+                    else (runtime.config, group_name, stages, profile_runner)
+                )
+                + (ready, stop, count, results),
                 daemon=True,
             )
             process.start()
             worker = (process, ready, count)
-            # Start producing once the worker holds every partition (a steady state).
+            # Start producing once the worker holds every partition (a steady state), or the
+            # Lambda consumer's event sources run.
             if not wait_for(ready.is_set, 60):
                 stop.set()
-                raise SystemExit("the worker did not take every partition within 60 s")
+                raise SystemExit(f"the {consumer.label} was not ready within 60 s")
         producer = Producer(runtime.config.stream_name, runtime.config.clients())
         started = time.monotonic()
+        cpu.start()
         keys, lag_ms = produce_steadily(producer, rate, warmup_s + seconds, record_bytes, sent_at)
+        cpu.stop()
         elapsed = time.monotonic() - started
         in_process = [committed, *([lambda_seen] if with_lambda else [])]
         wait_for(
@@ -368,9 +449,17 @@ def run_once(
             DRAIN_TIMEOUT_S,
         )
         stop.set()
+        child_cpu = ""
         if worker is not None:
             with contextlib.suppress(queue.Empty):  # then the worker's path reports it missing
-                _, worker_seen.first, worker_duplicates = results.get(timeout=60)
+                if kind == "worker":
+                    _, worker_seen.first, worker_duplicates = results.get(timeout=60)
+                else:
+                    worker_seen.first, worker_duplicates, exported, child_cpu = results.get(
+                        timeout=60
+                    )
+                    if lambda_stages is not None and exported is not None:
+                        lambda_stages = LambdaStages.from_export(exported)
             worker[0].join(30)
         errors = check_log(runtime, keys)
         result = RunResult(
@@ -385,6 +474,9 @@ def run_once(
             ingest_requests=runtime.ingest_requests.total,
             consumer=consumer.label if consumer is not None else "",
             errors=errors,
+            cpu=(cpu.summary() + (f"; its own process: {child_cpu}" if child_cpu else ""))
+            if stages
+            else "",
         )
     if consumer is None:
         name, arrivals, twice = COMMITTED, committed, 0
@@ -407,7 +499,26 @@ def run_once(
         result.paths[name] = latency(keys[warm:])
         if warm:
             result.warmup_paths[name] = latency(keys[:warm])
+        if lambda_stages is not None:
+            result.stages = lambda_stages.breakdown(
+                keys[warm:], sent_at, committed.first, arrivals.first, percentiles
+            )
     return result
+
+
+def instrument_lambda(
+    consumers: LocalLambdaConsumers, stages: LambdaStages | None, profile_runner: Path | None
+) -> None:
+    """Time the waker and each runner (``--stages``); profile the runner threads."""
+    assert consumers.stream is not None
+    if stages is not None:
+        consumers.stream.handler = stages.waker(consumers.stream.handler)
+    for group, source in consumers.sources.items():
+        if stages is not None:
+            source.handler = stages.runner(source.handler)
+        if profile_runner is not None:
+            path = profile_runner.with_name(f"{profile_runner.name}.{group}")
+            source.run = profiled(source.run, path)  # type: ignore[method-assign]
 
 
 def _figures(f: dict[str, float]) -> str:
@@ -424,6 +535,10 @@ def print_table(results: Sequence[RunResult]) -> None:
             print(f"{r.rate:>6} {r.window_ms:>5}ms {name:<38} {_figures(f)}")
         for f in r.warmup_paths.values():
             print(f"{'':>14} {'(warm-up, not timed above)':<38} {_figures(f)}")
+        for stage, f in r.stages.items():
+            print(f"{'':>14} {'  ' + stage:<38} {_figures(f)}")
+        if r.cpu:
+            print(f"{'':>14} {r.cpu}")
         print(
             f"{'':>14} {r.shards} shards, {r.produced} records at {r.achieved_rate:.0f}/s "
             f"(producer lag max {r.max_producer_lag_ms:.0f} ms); ingest: {r.invocations} "
@@ -490,14 +605,38 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the ingest-alone runs only: no worker, no Lambda consumer",
     )
+    parser.add_argument(
+        "--consumers",
+        default="worker,lambda",
+        help="the consumers measured beside the ingest, comma-separated: worker, lambda (in a "
+        "process of its own), lambda-in-process (in the runtime's, as `local up` runs it)",
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also show where the time went: the Lambda consumer's stages, each thread's CPU",
+    )
+    parser.add_argument(
+        "--profile-runner",
+        type=Path,
+        default=None,
+        help="write a cProfile of each Lambda consumer runner thread to PATH.<group>",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     seconds = args.seconds or (6.0 if args.quick else 20.0)
     rates = [int(r) for r in args.rates.split(",")]
     windows = [int(w) for w in args.windows_ms.split(",")]
+    kinds = {k.strip() for k in args.consumers.split(",") if k.strip()}
+    if not kinds <= {"worker", "lambda", "lambda-in-process"}:
+        parser.error(f"--consumers: worker, lambda, lambda-in-process; got {args.consumers!r}")
     consumers = [
-        *(Consumer("worker", int(ms)) for ms in args.worker_busy_poll_ms.split(",")),
-        Consumer("lambda"),
+        *(
+            Consumer("worker", int(ms))
+            for ms in args.worker_busy_poll_ms.split(",")
+            if "worker" in kinds
+        ),
+        *(Consumer(k) for k in ("lambda", "lambda-in-process") if k in kinds),
     ]
     consumer_windows = {int(w) for w in args.consumer_windows_ms.split(",")}
     logging.basicConfig(level=logging.ERROR)
@@ -521,6 +660,8 @@ def main(argv: list[str] | None = None) -> int:
                         consumer,
                         args.shards,
                         args.warmup_seconds,
+                        args.stages,
+                        args.profile_runner,
                     )
                 )
     print(
@@ -548,7 +689,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return f"{run.paths[path]['p99']:.0f}" if run else "n/a"
 
-    print(f"p99 {consumers[0].path} at 1000 records/s: {p99_at_1000(consumers[0].path)} ms")
+    if consumers:
+        print(f"p99 {consumers[0].path} at 1000 records/s: {p99_at_1000(consumers[0].path)} ms")
     print(f"p99 produce-to-committed at 1000 records/s: {p99_at_1000(COMMITTED)} ms")
     return 1 if failed else 0
 

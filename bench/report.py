@@ -109,7 +109,8 @@ def latency_block(runs: list[dict[str, Any]], command: str) -> list[str]:
         "of its own; here they all share two cores): a `shardlog consume` worker in its own "
         "process with the default busy poll (200 ms while a partition delivered within 10 s), "
         "the same worker polling every 1,000 ms (busy polling off, as KCL polls), and a Lambda "
-        "consumer group woken through the partitions stream. Each run is timed after a 3 s "
+        "consumer group woken through the partitions stream, in a process of its own like the "
+        "worker. Each run is timed after a 3 s "
         "warm-up, at the steady rate (the warm-up's records are checked as well; their "
         "latency is in the benchmark's output).",
         "",

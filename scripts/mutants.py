@@ -775,6 +775,14 @@ MUTATIONS = (
         "if True:\n            return",
         SEEK,
     ),
+    Mutation(
+        "lambda-wake-delivered-already",
+        "a Lambda consumer runner's skip of a wake only when the checkpoint reached its head",
+        "shardlog/lambda_consumer/runner.py",
+        "return checkpoint is not None and checkpoint.isdigit() and int(checkpoint) >= head",
+        "return checkpoint is not None and checkpoint.isdigit() and int(checkpoint) >= head - 1",
+        ("tests/functional/lambda_consumer/test_wakes.py",),
+    ),
 )
 
 

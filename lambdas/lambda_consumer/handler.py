@@ -72,6 +72,7 @@ def create_handler(
                     wake.partition_id,
                     request_id=context.aws_request_id,
                     remaining_ms=context.get_remaining_time_in_millis,
+                    head=wake.head,
                 )
             except Exception:
                 logger.exception("wake failed; SQS delivers it again")

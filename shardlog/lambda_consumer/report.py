@@ -15,6 +15,7 @@ class Outcome(StrEnum):
     BUSY = "busy"  # another runner holds the lease
     NOT_READY = "not ready"  # lineage unknown or parents not finished
     LOST = "lost"  # the lease was taken over mid-run
+    DELIVERED = "delivered already"  # the wake's head was below the checkpoint: one read
 
 
 @dataclass

@@ -2,6 +2,11 @@
 
 Protocol (every write fenced on the group's ``leaseCounter``, as for worker groups):
 
+0. **Delivered already?** A wake that names a head (a commit's, or a runner's own, for an
+   OPEN partition) when the group's checkpoint is at or past it: every record it announced
+   was delivered, so the run ends after that one read (``Outcome.DELIVERED``). Records
+   committed after that head have wakes of their own (and the sweep finds a lost one);
+   a checkpoint moved back (a seek) is read here, so it is not skipped.
 1. **Ready?** The partition's lineage is recorded and every parent is ENDED and
    checkpointed ``SHARD_END`` by the group (parents before children). Else: nothing to
    do; the parent's runner wakes its children when it finishes.
@@ -123,9 +128,19 @@ class Runner:
 
     # --- one wake ------------------------------------------------------------------------
     def run(
-        self, partition_id: str, *, request_id: str, remaining_ms: Callable[[], int]
+        self,
+        partition_id: str,
+        *,
+        request_id: str,
+        remaining_ms: Callable[[], int],
+        head: int | None = None,
     ) -> RunReport:
+        """One wake; ``head``: the committed head the wake announced (None: any)."""
         report = RunReport(self.group, partition_id)
+        if head is not None and self._delivered_to(partition_id, head):
+            report.outcome = Outcome.DELIVERED
+            report.head = head
+            return report
         partition = self.tables.get_partition(partition_id)
         if not self._ready(partition):
             report.outcome = Outcome.NOT_READY
@@ -166,6 +181,13 @@ class Runner:
         return self._finish(session, request_id)
 
     # --- helpers -------------------------------------------------------------------------
+    def _delivered_to(self, partition_id: str, head: int) -> bool:
+        """Every record below ``head`` delivered: the group's checkpoint (one consistent
+        read) is a seq at or past it. SHARD_END is not: that run wakes the children."""
+        lease = self.tables.get_lease(self.group, partition_id)
+        checkpoint = lease.checkpoint if lease is not None else None
+        return checkpoint is not None and checkpoint.isdigit() and int(checkpoint) >= head
+
     def _ready(self, partition: PartitionInfo | None) -> bool:
         if partition is None or not lineage_known(partition):
             return False
@@ -236,6 +258,7 @@ class Runner:
                         session.partition_id,
                         REWAKE,
                         f"{session.partition_id}:rewake:{request_id}",
+                        None if feed.ended else head,  # an ENDED one must reach SHARD_END
                     )
                 ]
             )

@@ -17,7 +17,11 @@ Mechanism (docs/CONSUMERS.md explains the choice):
   deduplicated per sweep, so a wake lost anywhere is found within one sweep interval.
 
 A wake is only a hint: the runner reads the head, the lease and the checkpoint itself, so
-a duplicate, late or spurious wake is harmless.
+a duplicate, late or spurious wake is harmless. A commit's wake (and a runner's own) names
+the head it was sent for: a runner woken for a head the group's checkpoint already reached
+has nothing to do for it and stops after that one read (a later commit sends a wake of its
+own). An ENDED partition's wakes name no head (its SHARD_END must be written), nor do the
+sweep's.
 """
 
 from __future__ import annotations
@@ -44,21 +48,35 @@ class Wake:
     partition_id: str
     reason: str
     dedup: str
+    head: int | None = None  # the committed head it announces (None: run whatever it is)
 
     def body(self) -> str:
-        return json.dumps(
-            {"group": self.group, "partitionId": self.partition_id, "reason": self.reason},
-            sort_keys=True,
-        )
+        data: dict[str, object] = {
+            "group": self.group,
+            "partitionId": self.partition_id,
+            "reason": self.reason,
+        }
+        if self.head is not None:
+            data["head"] = self.head
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def parse(cls, body: str) -> Wake:
         data = json.loads(body)
-        return cls(str(data["group"]), str(data["partitionId"]), str(data.get("reason", "")), "")
+        head = data.get("head")
+        return cls(
+            str(data["group"]),
+            str(data["partitionId"]),
+            str(data.get("reason", "")),
+            "",
+            int(head) if isinstance(head, int) and head >= 0 else None,
+        )
 
 
 def commit_wake(group: str, partition_id: str, head: int, state: str) -> Wake:
-    return Wake(group, partition_id, COMMIT, f"{partition_id}:{head}:{state}")
+    """The wake of a commit (or of a partition that became ENDED: no head, so it runs)."""
+    announced = None if state == PartitionState.ENDED else head
+    return Wake(group, partition_id, COMMIT, f"{partition_id}:{head}:{state}", announced)
 
 
 def wake_queue_name(group: str) -> str:

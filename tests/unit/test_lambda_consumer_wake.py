@@ -55,3 +55,21 @@ def test_queue_names_are_fifo_and_safe() -> None:
     assert wake_queue_name("billing") == "shardlog-wake-billing.fifo"
     name = wake_queue_name("team/billing.v2" + "x" * 100)
     assert name.endswith(".fifo") and len(name) <= 80 and "/" not in name
+
+
+def test_a_commit_wake_names_its_head_so_a_runner_past_it_can_skip_it() -> None:
+    wake = commit_wake("billing", "p", 7, "OPEN")
+    assert Wake.parse(wake.body()).head == 7
+    [moved] = wakes_from_changes([(image(3), image(7))], ["a"])
+    assert moved.head == 7
+
+
+def test_an_ended_partitions_wake_names_no_head_so_its_shard_end_is_written() -> None:
+    [wake] = wakes_from_changes([(image(5, "CLOSED"), image(5, "ENDED"))], ["a"])
+    assert wake.head is None and Wake.parse(wake.body()).head is None
+
+
+def test_a_wake_sent_before_heads_were_named_still_parses_and_names_none() -> None:
+    old = '{"group": "billing", "partitionId": "p", "reason": "commit"}'
+    assert Wake.parse(old).head is None
+    assert Wake.parse('{"group": "g", "partitionId": "p", "head": -1}').head is None
