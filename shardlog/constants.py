@@ -155,6 +155,9 @@ LAKE_PREFIX: Final = "lake/"  # table locations: s3://<bucket>/lake/<database>/<
 DEFAULT_LAKE_CATALOG: Final = "shardlog"
 DEFAULT_LAKE_TABLE: Final = "shardlog.events"  # <Glue database>.<table>
 ENV_LAKE_TABLE: Final = "SHARDLOG_LAKE_TABLE"
+# The declared typed tables (docs/LAKE.md), a JSON array: the Spark trigger's, on AWS.
+ENV_LAKE_TABLES: Final = "SHARDLOG_LAKE_TABLES"
+STATE_LAKE_TABLES: Final = "lakeTables"  # their key in the local state file
 # Maintenance (`shardlog lake maintain`, the scheduled maintain job): snapshots older than the
 # retention expire; unreferenced files go once older than the grace, which must exceed a
 # compaction run (its files precede its commit; its EMR timeout is 2 h).
