@@ -13,7 +13,7 @@ Every other shape derives from a declaration, through ``shardlog.lake.schema.Tab
   ``events`` declares them (``partition_id``, ``seq``, ``partition_key``, ``arrival_time``,
   ``record_id``), then one column per top-level property of the payload, named in
   snake_case (``userId`` -> ``user_id``; nested objects' fields too);
-- the **dead-letter table** ``<database>.<name>_rejected`` (``REJECTED``): the log's own
+- the **dead-letter table** ``<database>.<name>_rejected`` (``rejected_schema``): the log's own
   columns, the first error (``error_field``, ``error_reason``) and the raw ``data``.
 
 Type mapping (JSON Schema -> Iceberg): ``string`` -> string; ``string`` with ``format``
@@ -33,13 +33,17 @@ and not ending in ``_rejected`` (the dead-letter tables' names); property names 
 ``[A-Za-z][A-Za-z0-9_]*`` up to ``MAX_NAME_LENGTH``; at most ``MAX_COLUMNS`` fields per
 table counting nested ones; objects and arrays nested ``MAX_DEPTH`` deep at most;
 decimals of precision 1..38, scale 0..precision.
+
+The model needs no pyiceberg (the CDK app and the local runtime check declarations
+without the Spark extra); the derived shapes import it when asked for.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -53,23 +57,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pyiceberg.schema import Schema, assign_fresh_schema_ids
-from pyiceberg.types import (
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    IcebergType,
-    ListType,
-    LongType,
-    NestedField,
-    StringType,
-    StructType,
-    TimestamptzType,
-)
 
 from shardlog.lake.exceptions import LakeSchemaError
-from shardlog.lake.schema import EVENTS, Column, TableSchema
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyiceberg.types import IcebergType
+
+    from shardlog.lake.schema import TableSchema
 
 MAX_TABLES = 20
 MAX_NAME_LENGTH = 64
@@ -160,6 +154,8 @@ class JsonField(BaseModel):
     def iceberg(self, ids: Iterator[int]) -> IcebergType:
         """This node's Iceberg type; ``ids`` numbers nested fields (placeholders: the table's
         schema is renumbered as pyiceberg numbers a created table's)."""
+        from pyiceberg.types import DecimalType, ListType, NestedField, StructType
+
         if self.type == "object":
             return StructType(
                 *(
@@ -173,7 +169,7 @@ class JsonField(BaseModel):
         if self.format == "decimal":
             assert self.precision is not None and self.scale is not None  # checked above
             return DecimalType(self.precision, self.scale)
-        return _SCALARS[(self.type, self.format)]
+        return _scalars()[(self.type, self.format)]
 
     def fields(self) -> int:
         """Fields below this node (properties and list elements, nested ones counted)."""
@@ -187,14 +183,18 @@ class JsonField(BaseModel):
         return int(nested) + max((node.depth() for node in below), default=0)
 
 
-_SCALARS: dict[tuple[str, str | None], IcebergType] = {
-    ("string", None): StringType(),
-    ("string", "date-time"): TimestamptzType(),
-    ("string", "date"): DateType(),
-    ("integer", None): LongType(),
-    ("number", None): DoubleType(),
-    ("boolean", None): BooleanType(),
-}
+@cache
+def _scalars() -> dict[tuple[str, str | None], IcebergType]:
+    from pyiceberg import types
+
+    return {
+        ("string", None): types.StringType(),
+        ("string", "date-time"): types.TimestamptzType(),
+        ("string", "date"): types.DateType(),
+        ("integer", None): types.LongType(),
+        ("number", None): types.DoubleType(),
+        ("boolean", None): types.BooleanType(),
+    }
 
 
 class RecordFilter(BaseModel):
@@ -283,6 +283,11 @@ class LakeTableDeclaration(BaseModel):
     def typed_schema(self) -> TableSchema:
         """The typed table: the log's own columns, then the payload's, numbered as pyiceberg
         numbers a table it creates (top-level fields first, then nested ones)."""
+        from pyiceberg.schema import Schema, assign_fresh_schema_ids
+        from pyiceberg.types import NestedField
+
+        from shardlog.lake.schema import EVENTS
+
         ids = iter(range(1, 10 * MAX_COLUMNS))
         log = [EVENTS.column(n) for n in LOG_COLUMNS]
         fields = [NestedField(next(ids), c.name, c.kind, c.required, c.doc) for c in log]
@@ -301,7 +306,10 @@ def _name_ok(pattern: re.Pattern[str], name: str) -> bool:
     return bool(pattern.fullmatch(name)) and len(name) <= MAX_NAME_LENGTH
 
 
-def _table(schema: Schema) -> TableSchema:
+def _table(schema: Any) -> TableSchema:
+    """A ``TableSchema`` of a pyiceberg schema's top-level fields, shaped as ``events``."""
+    from shardlog.lake.schema import EVENTS, Column, TableSchema
+
     return TableSchema(
         columns=tuple(
             Column(f.field_id, f.name, f.field_type, f.required, f.doc or "") for f in schema.fields
@@ -312,18 +320,23 @@ def _table(schema: Schema) -> TableSchema:
     )
 
 
-# The dead-letter table of every typed table: what was refused, why, and the raw bytes.
-REJECTED = _table(
-    Schema(
-        *(
-            NestedField(i, c.name, c.kind, c.required, c.doc)
-            for i, c in enumerate((EVENTS.column(n) for n in LOG_COLUMNS), start=1)
-        ),
-        NestedField(6, "error_field", StringType(), True, "the property refused (a path)"),
-        NestedField(7, "error_reason", StringType(), True, "why it was refused"),
-        NestedField(8, "data", EVENTS.column("data").kind, True, "the record's bytes"),
+@cache
+def rejected_schema() -> TableSchema:
+    """The dead-letter table of every typed table: what was refused, why, and the bytes."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StringType
+
+    from shardlog.lake.schema import EVENTS
+
+    log = [EVENTS.column(n) for n in LOG_COLUMNS]
+    return _table(
+        Schema(
+            *(NestedField(i, c.name, c.kind, c.required, c.doc) for i, c in enumerate(log, 1)),
+            NestedField(6, "error_field", StringType(), True, "the property refused (a path)"),
+            NestedField(7, "error_reason", StringType(), True, "why it was refused"),
+            NestedField(8, "data", EVENTS.column("data").kind, True, "the record's bytes"),
+        )
     )
-)
 
 
 class LakeTables(BaseModel):

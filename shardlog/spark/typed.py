@@ -53,7 +53,7 @@ from shardlog.aws import Clients
 from shardlog.config import ShardlogConfig
 from shardlog.lake.catalog import open_table
 from shardlog.lake.commit import LakeAppend, append, table_watermarks
-from shardlog.lake.declared import LOG_COLUMNS, REJECTED, LakeTableDeclaration
+from shardlog.lake.declared import LOG_COLUMNS, LakeTableDeclaration, rejected_schema
 from shardlog.lake.exceptions import LakeConflictError
 from shardlog.lake.files import EVENT_RECORDS, s3_uri, write_rows
 from shardlog.lake.settings import LakeSettings
@@ -110,7 +110,7 @@ class TypedTables:
     def open(self) -> tuple[Table, Table]:
         return (
             open_table(self.typed, create=True, schema=self.declared.typed_schema()),
-            open_table(self.rejected, create=True, schema=REJECTED),
+            open_table(self.rejected, create=True, schema=rejected_schema()),
         )
 
 
@@ -164,7 +164,7 @@ class TypedWriter:
                 REJECTS,
                 self.tables.rejected,
                 _rejected_rows(refused.filter(pc.invert(below))),
-                REJECTED,
+                rejected_schema(),
             ),
         ):
             for f in write_rows(s3, settings, part, self.run_id, shape):
@@ -182,7 +182,7 @@ def _rejected_rows(rows: pa.Table) -> pa.Table:
     """Rejected records in the dead-letter table's columns."""
     columns = [rows.column(c) for c in LOG_COLUMNS]
     columns += [rows.column(ERROR_FIELD), rows.column(ERROR_REASON), rows.column(DATA)]
-    return pa.Table.from_arrays(columns, names=list(REJECTED.names))
+    return pa.Table.from_arrays(columns, names=list(rejected_schema().names))
 
 
 def _counts(rows: pa.Table, kind: str) -> list[dict[str, Any]]:

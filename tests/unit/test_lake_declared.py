@@ -3,6 +3,9 @@ limit, one error naming the field, and the typed and dead-letter tables' derived
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -10,18 +13,22 @@ import pytest
 from pyiceberg.schema import assign_fresh_schema_ids
 from pyiceberg.types import DecimalType, ListType, StructType
 
+from shardlog.lake.catalog import open_table
+from shardlog.lake.commit import LakeAppend, append, table_watermarks
 from shardlog.lake.declared import (
     LOG_COLUMNS,
     MAX_COLUMNS,
     MAX_DEPTH,
     MAX_NAME_LENGTH,
     MAX_TABLES,
-    REJECTED,
     LakeDeclarationError,
     column_name,
     parse_lake_tables,
+    rejected_schema,
 )
+from shardlog.lake.files import parquet_bytes
 from shardlog.lake.schema import EVENTS
+from tests.unit.test_lake_schema import sql_catalog_table
 
 SOURCE = "shardlog:lakeTables"
 
@@ -96,9 +103,9 @@ def test_a_declaration_gives_the_typed_table_with_the_logs_own_columns_first() -
 
 
 def test_the_dead_letter_table_keeps_the_error_and_the_raw_bytes() -> None:
-    assert REJECTED.names == (*LOG_COLUMNS, "error_field", "error_reason", "data")
-    assert REJECTED.column("data").kind == EVENTS.column("data").kind
-    assert REJECTED.identifier == EVENTS.identifier == ("partition_id", "seq")
+    assert rejected_schema().names == (*LOG_COLUMNS, "error_field", "error_reason", "data")
+    assert rejected_schema().column("data").kind == EVENTS.column("data").kind
+    assert rejected_schema().identifier == EVENTS.identifier == ("partition_id", "seq")
 
 
 @pytest.mark.parametrize(
@@ -252,3 +259,44 @@ def test_declarations_round_trip_through_json() -> None:
     tables = parse_lake_tables([ORDERS], SOURCE)
     assert parse_lake_tables(tables.to_json(), SOURCE) == tables
     assert tables.table("orders_rejected").name == "orders"
+
+
+def test_a_typed_table_in_a_catalog_holds_its_nested_values_and_moves_without_files(
+    tmp_path: Path,
+) -> None:
+    """Created from the declaration in pyiceberg's SQL catalog, the typed table passes the
+    shape check when opened again, its Parquet files (plain pyarrow, no field ids) read
+    back by name, nested values too; and an append of a range that holds none of its
+    records moves its watermarks with no file."""
+    (orders,) = parse_lake_tables([ORDERS], SOURCE).tables
+    schema = orders.typed_schema()
+    lake = sql_catalog_table(tmp_path, "lake.orders")
+    table = open_table(lake, create=True, schema=schema)
+    open_table(lake, schema=schema)  # the created table is the declared one
+    arrival = datetime(2026, 1, 1, tzinfo=UTC)
+    row = {
+        "partition_id": "shardId-0",
+        "seq": 0,
+        "partition_key": "k",
+        "arrival_time": arrival,
+        "record_id": None,
+        "order_id": "o-1",
+        "amount": Decimal("12.50"),
+        "quantity": 3,
+        "placed_at": arrival,
+        "day": date(2026, 1, 1),
+        "gift": True,
+        "weight": 1.5,
+        "address": {"country": "FR", "zip_code": None},
+        "tags": ["a", "b"],
+    }
+    data_file = tmp_path / "typed.parquet"
+    data_file.write_bytes(parquet_bytes(pa.Table.from_pylist([row], schema.arrow()), schema))
+    append(table, LakeAppend({"shardId-0": (0, 1)}, [str(data_file)], "run-1"))
+    assert table.refresh().scan().to_arrow().to_pylist() == [row]
+
+    committed = append(table, LakeAppend({"shardId-0": (1, 5)}, [], "run-2", watermarks_only=True))
+    assert committed.watermarks == {"shardId-0": 5} == table_watermarks(table.refresh())
+    assert table.scan().to_arrow().num_rows == 1
+    with pytest.raises(ValueError, match="an append without files"):
+        append(table, LakeAppend({"shardId-0": (5, 6)}, [], "run-3"))
