@@ -155,6 +155,15 @@ def acknowledge(stack: ShardlogStack) -> None:
         _objects(analytics.artifacts_bucket, IC.SPARK_DEPS_PREFIX),
         _objects(analytics.artifacts_bucket, IC.EMR_LOGS_PREFIX),
     )
+    _suppress(
+        analytics.execution_role,
+        "AwsSolutions-IAM5",
+        "Compaction counts each typed lake table's dead-letter records with "
+        "cloudwatch:PutMetricData, which supports no resource-level permissions (Service "
+        "Authorization Reference): its resource is '*', conditioned on the stack's metric "
+        "namespace.",
+        "Resource::*",
+    )
 
     _lambda_consumers(stack)
     _job_scripts_deployment(stack)

@@ -50,6 +50,9 @@ METRIC_SEGMENTS_WRITTEN: Final = "SegmentsWritten"
 METRIC_SEGMENTS_ADOPTED: Final = "SegmentsAdopted"
 METRIC_BATCH_FAILED: Final = "BatchFailed"
 METRIC_LEASE_HELD: Final = "LeaseHeld"
+# Records a typed lake table refused into its dead-letter table, per run (docs/LAKE.md).
+METRIC_LAKE_RECORDS_REJECTED: Final = "LakeRecordsRejected"
+DIMENSION_LAKE_TABLE: Final = "LakeTable"  # <database>.<typed table>
 # A commit fenced by another writer (LeaseLostError, CommitConflictError): apart from
 # BatchFailed, which counts every other failure.
 METRIC_COMMIT_FENCED: Final = "CommitFenced"

@@ -23,7 +23,7 @@ from shardlog.lake.catalog import open_table
 from shardlog.spark.compaction import CompactionReport, run_compaction, write_chunks
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.session import build_session
-from shardlog.spark.typed import compact_typed
+from shardlog.spark.typed import compact_typed, publish_rejections
 
 APP_NAME = "shardlog-compact"
 
@@ -40,10 +40,12 @@ def compact(
     run_compaction(
         clients, args, table, report, lambda plans: write_chunks(spark, args, plans, report.run_id)
     )
+    typed_reports = []
     for table_declared in declared.tables:  # then each typed table, from its own watermarks
         with report.phase(f"typed:{table_declared.name}"):
-            typed = compact_typed(spark, clients, args, table_declared, report.run_id)
-        report.tables.append(typed.as_dict())
+            typed_reports.append(compact_typed(spark, clients, args, table_declared, report.run_id))
+    report.tables = [typed.as_dict() for typed in typed_reports]
+    publish_rejections(clients, typed_reports)
     return report
 
 

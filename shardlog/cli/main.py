@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -190,6 +191,15 @@ def local() -> None:
     help="Port of the console (`shardlog console`, read-only) on 127.0.0.1 "
     "(0: any free port; -1: no console).",
 )
+@click.option(
+    "--lake-tables",
+    "lake_tables",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    callback=lambda _ctx, _param, path: _lake_tables(path),
+    help="Declared typed lake tables: a JSON array (docs/LAKE.md) that compaction fills "
+    "beside the raw table, each with its dead-letter table.",
+)
 @click.pass_context
 def local_up(
     ctx: click.Context,
@@ -199,6 +209,7 @@ def local_up(
     max_seconds: float | None,
     lambda_consumers: list[Any],
     console_port: int,
+    lake_tables: list[dict[str, Any]] | None,
 ) -> None:
     """Start the embedded AWS, the producer HTTP API, the console and any Lambda consumer
     groups on 127.0.0.1; ingest (and consume) until interrupted."""
@@ -213,6 +224,7 @@ def local_up(
             partitions_table=base.partitions_table,
             consumers_table=base.consumers_table,
             region=base.region,
+            extra={C.STATE_LAKE_TABLES: lake_tables} if lake_tables else {},
         ),
         port=port,
         shard_count=shards,
@@ -243,6 +255,18 @@ def local_up(
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait(max_seconds)
     click.echo("stopped")
+
+
+def _lake_tables(path: Path | None) -> list[dict[str, Any]] | None:
+    """The declarations of ``--lake-tables FILE``, checked: one error naming each field."""
+    if path is None:
+        return None
+    from shardlog.lake.declared import LakeDeclarationError, parse_lake_tables
+
+    try:
+        return parse_lake_tables(json.loads(path.read_text()), str(path)).to_json()
+    except (ValueError, LakeDeclarationError) as exc:  # not JSON, or a field refused
+        raise click.BadParameter(str(exc), param_hint="--lake-tables") from exc
 
 
 def _local_console(ctx: click.Context, config: ShardlogConfig, port: int) -> str:

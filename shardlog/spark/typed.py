@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.config import ShardlogConfig
 from shardlog.lake.catalog import open_table
@@ -312,6 +313,25 @@ def _batch(
         files=[s3_uri(settings.bucket, f["file_key"]) for f in files],
         run_id=run_id,
         watermarks_only=True,
+    )
+
+
+def publish_rejections(clients: Clients, reports: Sequence[TypedReport]) -> None:
+    """Each declared table's records newly refused into its dead-letter table, as one
+    CloudWatch metric per table (the stack alarms on it: docs/LAKE.md)."""
+    if not reports:
+        return
+    clients.client("cloudwatch").put_metric_data(
+        Namespace=C.METRICS_NAMESPACE,
+        MetricData=[
+            {
+                "MetricName": C.METRIC_LAKE_RECORDS_REJECTED,
+                "Dimensions": [{"Name": C.DIMENSION_LAKE_TABLE, "Value": report.table}],
+                "Value": report.rejected,
+                "Unit": "Count",
+            }
+            for report in reports
+        ],
     )
 
 

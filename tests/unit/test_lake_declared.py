@@ -27,6 +27,7 @@ from shardlog.lake.declared import (
     rejected_schema,
 )
 from shardlog.lake.files import parquet_bytes
+from shardlog.lake.query import LakeQuery, json_rows, query_table, where
 from shardlog.lake.schema import EVENTS
 from tests.unit.test_lake_schema import sql_catalog_table
 
@@ -294,9 +295,35 @@ def test_a_typed_table_in_a_catalog_holds_its_nested_values_and_moves_without_fi
     data_file.write_bytes(parquet_bytes(pa.Table.from_pylist([row], schema.arrow()), schema))
     append(table, LakeAppend({"shardId-0": (0, 1)}, [str(data_file)], "run-1"))
     assert table.refresh().scan().to_arrow().to_pylist() == [row]
+    # `shardlog lake query --table orders --where ...`: filters on typed columns.
+    for terms, rows in (
+        (["order_id=o-1", "amount=12.5", "gift=true", "day=2026-01-01"], 1),
+        (["quantity=4"], 0),
+    ):
+        found = query_table(table, LakeQuery(equals=where(schema, terms)), schema)
+        assert found.num_rows == rows, terms
+    [as_json] = json_rows(query_table(table, LakeQuery(), schema), schema)
+    assert (as_json["orderId"], as_json["amount"]) == ("o-1", "12.50")  # exact, as text
 
     committed = append(table, LakeAppend({"shardId-0": (1, 5)}, [], "run-2", watermarks_only=True))
     assert committed.watermarks == {"shardId-0": 5} == table_watermarks(table.refresh())
     assert table.scan().to_arrow().num_rows == 1
     with pytest.raises(ValueError, match="an append without files"):
         append(table, LakeAppend({"shardId-0": (5, 6)}, [], "run-3"))
+
+
+@pytest.mark.parametrize(
+    ("term", "message"),
+    [
+        ("order_id", "COLUMN=VALUE"),
+        ("nowhere=1", "no column nowhere"),
+        ("quantity=three", "not a long"),
+        ("gift=yes", "true or false"),
+        ("amount=x", "not a decimal"),
+        ("address=x", "not a scalar column"),
+    ],
+)
+def test_where_terms_are_refused_naming_the_term(term: str, message: str) -> None:
+    (orders,) = parse_lake_tables([ORDERS], SOURCE).tables
+    with pytest.raises(ValueError, match=message):
+        where(orders.typed_schema(), [term])
