@@ -155,8 +155,16 @@ def acknowledge(stack: ShardlogStack) -> None:
         _objects(analytics.artifacts_bucket, IC.SPARK_DEPS_PREFIX),
         _objects(analytics.artifacts_bucket, IC.EMR_LOGS_PREFIX),
     )
+    if analytics.lake_tables.tables:
+        _lake_metrics(analytics.execution_role)
+
+    _lambda_consumers(stack)
+    _job_scripts_deployment(stack)
+
+
+def _lake_metrics(execution_role: IConstruct) -> None:
     _suppress(
-        analytics.execution_role,
+        execution_role,
         "AwsSolutions-IAM5",
         "Compaction counts each typed lake table's dead-letter records with "
         "cloudwatch:PutMetricData, which supports no resource-level permissions (Service "
@@ -164,9 +172,6 @@ def acknowledge(stack: ShardlogStack) -> None:
         "namespace.",
         "Resource::*",
     )
-
-    _lambda_consumers(stack)
-    _job_scripts_deployment(stack)
 
 
 def _lambda_consumers(stack: ShardlogStack) -> None:

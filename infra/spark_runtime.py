@@ -144,13 +144,6 @@ def execution_role(
             resources=[bucket.arn_for_objects(f"{C.LAKE_PREFIX}{LAKE_DATABASE}/*")],
         ),
         iam.PolicyStatement(actions=LAKE_GLUE_ACTIONS, resources=lake_glue_arns(lake_tables)),
-        # Compaction counts each typed table's dead-letter records (docs/LAKE.md); the
-        # action takes no resource, so the namespace is the condition.
-        iam.PolicyStatement(
-            actions=["cloudwatch:PutMetricData"],
-            resources=["*"],
-            conditions={"StringEquals": {"cloudwatch:namespace": C.METRICS_NAMESPACE}},
-        ),
         iam.PolicyStatement(
             actions=["s3:GetObject"],
             resources=[
@@ -177,6 +170,16 @@ def execution_role(
     # the application, whose log configuration names that key (a cycle); the role's
     # identity policy above is its grant there.
     name_in_key_policy(storage.key, role, KMS_DATA_ACTIONS, JOB_KEY_SERVICES)
+    if lake_tables is not None and lake_tables.tables:
+        # Compaction counts each typed table's dead-letter records (docs/LAKE.md); the
+        # action takes no resource, so the namespace is the condition.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": C.METRICS_NAMESPACE}},
+            )
+        )
     return role
 
 
