@@ -144,6 +144,12 @@ def demo(
             f"(snapshot {lake['snapshotId']})\n  $ {lake['sampleQuery']}\n"
             + render_rows(lake["sample"])
         )
+        for typed in lake.get("typed", []):
+            summary += (
+                f"\n  typed table {typed['table']}: {typed['rows']} rows; {typed['rejected']} "
+                f"in {typed['table']}_rejected ({'; '.join(typed['refusals'])}): "
+                f"each record in one of them, once\n  $ {typed['sampleQuery']}"
+            )
     for violation in report.violations[:20]:
         summary += f"\n  violation: {violation}"
     _emit(as_json, report.as_dict(), summary)
