@@ -59,6 +59,8 @@ CONSUMER_MODELS = (
     "tests/functional/consumer/test_model.py",
     "tests/functional/lambda_consumer/test_model.py",
 )
+# Typed lake tables and their dead-letter tables (shardlog/spark/typed.py).
+TYPED_COMPACTION = ("tests/spark/test_typed_compaction.py",)
 IDEMPOTENCE_MODEL = ("tests/functional/ingest/test_idempotence_model.py",)
 IDEMPOTENCE = (
     "tests/functional/ingest/test_idempotent_ingest.py",
@@ -611,6 +613,34 @@ MUTATIONS = (
         "if host not in LOOPBACK_HOSTS:",
         "if False:",
         CONSOLE,
+    ),
+    Mutation(
+        "typed-dead-letter",
+        "a record that does not fit its typed table going to the dead-letter table (here: "
+        "counted as not the table's, so dropped past the batch check)",
+        "shardlog/spark/typed.py",
+        "matched = pc.fill_null(rows.column(MATCHED), False)",
+        "matched = pc.and_(pc.fill_null(rows.column(MATCHED), False), "
+        "pc.is_null(rows.column(ERROR_FIELD)))",
+        TYPED_COMPACTION,
+    ),
+    Mutation(
+        "typed-rejected-watermark",
+        "typed compaction skipping the refused records its dead-letter table already holds "
+        "(below that table's watermark)",
+        "shardlog/spark/typed.py",
+        'below = pc.less(refused.column("seq"), self._marks(refused))',
+        'below = pc.less(refused.column("seq"), pc.multiply(self._marks(refused), 0))',
+        TYPED_COMPACTION,
+    ),
+    Mutation(
+        "typed-batch-check",
+        "typed compaction committing only when each batch was seen whole and every record "
+        "accounted for",
+        "shardlog/spark/typed.py",
+        "    check_typed(plans, stats)\n",
+        "",
+        TYPED_COMPACTION,
     ),
 )
 

@@ -23,6 +23,7 @@ from shardlog.lake.commit import table_watermarks
 from shardlog.lake.declared import parse_lake_tables
 from shardlog.lake.files import DATA_DIR
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.spark.exceptions import CompactionError
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.typed import TypedReport, TypedTables, compact_typed, run_typed, write_typed
 from spark_jobs.compact import compact
@@ -236,3 +237,20 @@ def test_a_batch_with_nothing_typed_still_moves_the_watermark(
     assert table_watermarks(open_table(tables(args).typed)) == {P0: 3}
     assert open_table(tables(args).typed).scan().to_arrow().num_rows == 0
     assert compact_typed(spark, aws.clients, args, DECLARED.tables[0], "f" * 16).records == 0
+
+
+def test_a_batch_seen_short_commits_nothing(spark: Any, log: AwsEnv) -> None:
+    """A task's output lost (its records seen by no stats row): the run refuses to commit
+    either table, rather than move a watermark past records it never wrote."""
+    args = job_args(log)
+    where = tables(args)
+
+    def lose_a_task(plans: Any, marks: Any) -> list[dict[str, Any]]:
+        stats = write_typed(spark, args, where, plans, marks, "g" * 16)
+        lost = max(s["first_seq"] for s in stats if s["kind"] == "seen" and s["partition_id"] == P0)
+        return [s for s in stats if s["partition_id"] != P0 or s["first_seq"] < lost]
+
+    with pytest.raises(CompactionError, match=f"{P0}: batch"):
+        run_typed(log.clients, args, where, "g" * 16, lose_a_task)
+    assert open_table(where.typed).current_snapshot() is None
+    assert open_table(where.rejected).current_snapshot() is None
