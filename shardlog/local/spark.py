@@ -205,9 +205,9 @@ def verify_typed(args: JobArgs, heads: dict[str, int]) -> tuple[list[dict[str, A
     summaries, violations = [], []
     for table in declared:
         where = TypedTables.beside(args.lake(), table)
-        typed = open_table(where.typed, schema=table.typed_schema()).scan().to_arrow()
-        rejected = open_table(where.rejected).scan().to_arrow().to_pylist()
-        rows = typed.to_pylist()
+        typed_table, rejected_table = where.open(create=False)
+        rows = typed_table.scan().to_arrow().to_pylist()
+        rejected = rejected_table.scan().to_arrow().to_pylist()
         keys = [(r["partition_id"], r["seq"]) for r in rows + rejected]
         name = where.typed.table
         if len(keys) != len(set(keys)):
@@ -232,7 +232,7 @@ def verify_typed(args: JobArgs, heads: dict[str, int]) -> tuple[list[dict[str, A
             for r in rejected
             if r["data"] != data.get((r["partition_id"], r["seq"]))
         ]
-        marks = table_watermarks(open_table(where.typed, schema=table.typed_schema()))
+        marks = table_watermarks(typed_table)
         if marks != {p: h for p, h in heads.items() if h}:
             violations.append(f"{name}: watermarks {marks}, the log's heads {heads}")
         summaries.append(

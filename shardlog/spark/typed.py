@@ -108,10 +108,11 @@ class TypedTables:
         """Beside the raw table: same catalog, database and bucket."""
         return cls(declared, raw.sibling(declared.name), raw.sibling(declared.rejected_name))
 
-    def open(self) -> tuple[Table, Table]:
+    def open(self, *, create: bool = True) -> tuple[Table, Table]:
+        """The typed table and the dead-letter table, each checked to have its shape."""
         return (
-            open_table(self.typed, create=True, schema=self.declared.typed_schema()),
-            open_table(self.rejected, create=True, schema=rejected_schema()),
+            open_table(self.typed, create=create, schema=self.declared.typed_schema()),
+            open_table(self.rejected, create=create, schema=rejected_schema()),
         )
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import shardlog.spark.typed as typed_module
+from shardlog import constants as C
 from shardlog.format import IncomingRecord
-from shardlog.lake.catalog import open_table
 from shardlog.lake.commit import table_watermarks
 from shardlog.lake.declared import parse_lake_tables
 from shardlog.lake.files import DATA_DIR
@@ -29,6 +29,7 @@ from shardlog.spark.typed import TypedReport, TypedTables, compact_typed, run_ty
 from spark_jobs.compact import compact
 from tests.spark.helpers import log_rows
 from tests.support.aws import AwsEnv
+from tests.support.cli import run_cli
 from tests.support.factories import writer_for
 
 P0, P1 = "shardId-000000000000", "shardId-000000000001"
@@ -93,8 +94,9 @@ def assert_each_record_once(aws: AwsEnv, args: JobArgs) -> tuple[int, int]:
     and the field refused), once; the typed table's watermarks are the heads. Returns the
     counts (typed, rejected)."""
     where = tables(args)
-    typed = open_table(where.typed).scan().to_arrow().to_pylist()
-    rejected = open_table(where.rejected).scan().to_arrow().to_pylist()
+    typed_table, rejected_table = where.open(create=False)
+    typed = typed_table.scan().to_arrow().to_pylist()
+    rejected = rejected_table.scan().to_arrow().to_pylist()
     log = {(r[0], r[1]): r for r in log_rows(aws)}
     seen = Counter((r["partition_id"], r["seq"]) for r in typed + rejected)
     assert [k for k, n in seen.items() if n > 1] == []  # nothing twice
@@ -112,7 +114,7 @@ def assert_each_record_once(aws: AwsEnv, args: JobArgs) -> tuple[int, int]:
         data = log[(row["partition_id"], row["seq"])][3]
         assert row["data"] == data and row["error_field"] == fields[data], row
     heads = Counter(k[0] for k in log)
-    assert table_watermarks(open_table(where.typed)) == dict(heads)
+    assert table_watermarks(typed_table) == dict(heads)
     return len(typed), len(rejected)
 
 
@@ -128,11 +130,12 @@ def data_keys(aws: AwsEnv, args: JobArgs) -> set[str]:
 
 
 def committed_keys(args: JobArgs) -> set[str]:
-    keys = set()
-    for settings in (tables(args).typed, tables(args).rejected):
-        for task in open_table(settings).scan().plan_files():
-            keys.add(task.file.file_path.removeprefix(f"s3://{settings.bucket}/"))
-    return keys
+    bucket = tables(args).typed.bucket
+    return {
+        task.file.file_path.removeprefix(f"s3://{bucket}/")
+        for table in tables(args).open(create=False)
+        for task in table.scan().plan_files()
+    }
 
 
 def rejects(count: int) -> int:
@@ -215,8 +218,9 @@ def test_a_crash_between_the_two_commits_then_rerun_lands_each_record_once(
     monkeypatch.setattr(typed_module, "append", crash_before_the_typed_commit)
     with pytest.raises(SystemExit):
         compact_typed(spark, log.clients, args, where.declared, "c" * 16)
-    assert open_table(where.typed).current_snapshot() is None
-    assert table_watermarks(open_table(where.rejected))  # the rejects are in
+    typed, rejected = where.open(create=False)
+    assert typed.current_snapshot() is None
+    assert table_watermarks(rejected)  # the rejects are in
     monkeypatch.setattr(typed_module, "append", real_append)
 
     rerun = compact_typed(spark, log.clients, args, where.declared, "d" * 16)
@@ -234,8 +238,9 @@ def test_a_batch_with_nothing_typed_still_moves_the_watermark(
     args = job_args(aws)
     report = compact_typed(spark, aws.clients, args, DECLARED.tables[0], "e" * 16)
     assert (report.typed, report.rejected) == (0, 3)
-    assert table_watermarks(open_table(tables(args).typed)) == {P0: 3}
-    assert open_table(tables(args).typed).scan().to_arrow().num_rows == 0
+    typed, _ = tables(args).open(create=False)
+    assert table_watermarks(typed) == {P0: 3}
+    assert typed.scan().to_arrow().num_rows == 0
     assert compact_typed(spark, aws.clients, args, DECLARED.tables[0], "f" * 16).records == 0
 
 
@@ -252,5 +257,34 @@ def test_a_batch_seen_short_commits_nothing(spark: Any, log: AwsEnv) -> None:
 
     with pytest.raises(CompactionError, match=f"{P0}: batch"):
         run_typed(log.clients, args, where, "g" * 16, lose_a_task)
-    assert open_table(where.typed).current_snapshot() is None
-    assert open_table(where.rejected).current_snapshot() is None
+    assert [t.current_snapshot() for t in where.open(create=False)] == [None, None]
+
+
+def test_lake_query_reads_a_typed_table_and_its_dead_letter_table(
+    spark: Any, log: AwsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = job_args(log)
+    compact_typed(spark, log.clients, args, DECLARED.tables[0], "h" * 16)
+    monkeypatch.setenv(C.ENV_LAKE_TABLES, args.lake_tables)  # as the trigger's environment
+
+    def rows(*options: str) -> list[dict[str, Any]]:
+        result = run_cli(log, "lake", "query", "--json", *options)
+        assert result.exit_code == 0, result.output
+        return [json.loads(line) for line in result.output.splitlines()]
+
+    found = rows("--table", "orders", "--where", "n=12", "--partition", P0)
+    assert [(r["seq"], r["orderId"], r["amount"], r["n"]) for r in found] == [
+        (12, "o-12", "12.25", 12)
+    ]
+    refused = rows("--table", "orders_rejected", "--limit", "1000")
+    assert {r["errorField"] for r in refused} == {f for _, f in MALFORMED}
+    assert len(refused) == rejects(120) + rejects(60)
+    text = run_cli(log, "lake", "query", "--table", "orders_rejected", "--limit", "2")
+    assert text.exit_code == 0 and "errorReason" in text.output and "(2 rows)" in text.output
+    for options, message in (
+        (("--table", "nowhere"), "no declared lake table nowhere (orders)"),
+        (("--table", "orders", "--where", "n=x"), "not a long"),
+        (("--table", "orders", "--fresh"), "not with --table"),
+    ):
+        result = run_cli(log, "lake", "query", *options)
+        assert result.exit_code != 0 and message in result.output, result.output
