@@ -642,6 +642,15 @@ MUTATIONS = (
         "",
         TYPED_COMPACTION,
     ),
+    Mutation(
+        "typed-accounting",
+        "typed compaction's batch check requiring every record typed, rejected, already "
+        "rejected or not the table's, once",
+        "shardlog/spark/typed.py",
+        "if not whole or outside or accounted != total[SEEN]:",
+        "if not whole or outside:",
+        ("tests/unit/test_typed_check.py", *TYPED_COMPACTION),
+    ),
 )
 
 

@@ -239,11 +239,8 @@ def check_typed(plans: Sequence[BatchPlan], stats: Sequence[dict[str, Any]]) -> 
             and not plan.start <= s["first_seq"] <= s["last_seq"] < plan.end
         ]  # fmt: skip
         accounted = total[TYPED] + total[REJECTS] + total[SKIPPED] + total[FILTERED]
-        if (
-            (total[SEEN], span) != (plan.records, (plan.start, plan.end - 1))
-            or outside
-            or (accounted != total[SEEN])
-        ):
+        whole = (total[SEEN], span) == (plan.records, (plan.start, plan.end - 1))
+        if not whole or outside or accounted != total[SEEN]:
             raise CompactionError(
                 f"{plan.partition_id}: batch [{plan.start}, {plan.end}) saw {total[SEEN]} "
                 f"records over seqs {span}, accounted for {accounted} ({total}), files "
