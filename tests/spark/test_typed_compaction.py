@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -23,10 +24,13 @@ from shardlog.lake.commit import table_watermarks
 from shardlog.lake.declared import parse_lake_tables
 from shardlog.lake.files import DATA_DIR
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.spark.compaction import plan_batches
 from shardlog.spark.exceptions import CompactionError
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.typed import TypedReport, TypedTables, compact_typed, run_typed, write_typed
+from shardlog.tables import Tables
 from spark_jobs.compact import compact
+from spark_jobs.maintain import run_declared_maintenance
 from tests.spark.helpers import log_rows
 from tests.support.aws import AwsEnv
 from tests.support.cli import run_cli
@@ -79,6 +83,10 @@ def log(aws: AwsEnv, clock: Any) -> AwsEnv:
     append(aws, clock, P0, 0, 120)
     append(aws, clock, P1, 0, 60)
     return aws
+
+
+def list_partitions(aws: AwsEnv) -> Any:
+    return Tables(aws.clients, aws.config.tables).list_partitions()
 
 
 def job_args(aws: AwsEnv) -> JobArgs:
@@ -288,3 +296,24 @@ def test_lake_query_reads_a_typed_table_and_its_dead_letter_table(
     ):
         result = run_cli(log, "lake", "query", *options)
         assert result.exit_code != 0 and message in result.output, result.output
+
+
+def test_maintenance_removes_a_crashed_runs_files_from_both_tables(
+    spark: Any, log: AwsEnv, clock: Any
+) -> None:
+    args = job_args(log)
+    where = tables(args)
+    compact_typed(spark, log.clients, args, where.declared, "i" * 16)
+    append(log, clock, P1, 60, 40)
+    typed, rejected = where.open(create=False)
+    plans = plan_batches(log.clients, args, table_watermarks(typed), list_partitions(log))
+    write_typed(spark, args, where, plans, table_watermarks(rejected), "j" * 16)  # then dies
+    assert data_keys(log, args) > committed_keys(args)
+
+    later = datetime.now(UTC) + timedelta(hours=args.orphan_grace_hours + 1)
+    reports = run_declared_maintenance(args, later)
+    assert set(reports) == {where.typed.table, where.rejected.table}
+    assert all(r.removed_files for r in reports.values())
+    assert data_keys(log, args) == committed_keys(args)
+    compact_typed(spark, log.clients, args, where.declared, "k" * 16)
+    assert_each_record_once(log, args)
