@@ -247,3 +247,10 @@ def test_the_record_filter(spark: Any, record_filter: dict[str, Any], matched: l
     actual = parse_payloads(frame, declared).select("seq", MATCHED)
     expected = spark.createDataFrame(list(enumerate(matched)), f"seq long, {MATCHED} boolean")
     assertDataFrameEqual(actual, expected)
+
+
+def test_the_typed_tables_spark_schema_is_its_declared_one(spark: Any) -> None:
+    """Spark's own parse of the derived DDL (nested, decimal, list columns) is the derived
+    StructType, column for column."""
+    schema = ORDERS.typed_schema()
+    assert spark.createDataFrame([], schema.spark_ddl()).schema == schema.spark_struct()
