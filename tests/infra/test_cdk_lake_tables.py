@@ -157,11 +157,11 @@ def test_a_refused_declaration_fails_synth_naming_the_field() -> None:
 
 def test_the_declarations_size_at_and_past_its_limit() -> None:
     def sized(chars: int) -> list[dict[str, Any]]:
-        tables = [{**ORDERS, "name": f"t{i}", "description": ""} for i in range(3)]
+        tables = [{**ORDERS, "name": f"t{i}", "description": "x"} for i in range(3)]
         spare = chars - len(lake_tables_json(declared_tables(node_of(tables))))
         for table in tables:
-            table["description"] = "x" * min(spare, 1000)
-            spare -= min(spare, 1000)
+            table["description"] += "x" * min(spare, 999)
+            spare -= min(spare, 999)
         return tables
 
     def node_of(tables: list[dict[str, Any]]) -> Any:
