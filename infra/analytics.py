@@ -51,6 +51,7 @@ class Analytics(Construct):
         self.job_scripts_dir = job_scripts_dir
         self.stack_settings = settings or StackSettings()
         self.settings = AnalyticsSettings.from_context(self.node)
+        self.lake_tables = lake_catalog.declared_tables(self.node)
         self._spark_runtime()
         self._lake_catalog()
         self.job_scripts = spark_runtime.deploy_job_scripts(
@@ -80,7 +81,12 @@ class Analytics(Construct):
             self, self.artifacts_bucket, self.artifacts_key
         )
         self.execution_role = spark_runtime.execution_role(
-            self, self.storage, self.application, self.artifacts_bucket, self.artifacts_key
+            self,
+            self.storage,
+            self.application,
+            self.artifacts_bucket,
+            self.artifacts_key,
+            self.lake_tables,
         )
 
     def _lake_catalog(self) -> None:
@@ -88,7 +94,9 @@ class Analytics(Construct):
         self.workgroup = lake_catalog.athena_workgroup(
             self, self.artifacts_bucket, self.artifacts_key
         )
-        self.named_queries = lake_catalog.named_queries(self, self.workgroup, self.lake_database)
+        self.named_queries = lake_catalog.named_queries(
+            self, self.workgroup, self.lake_database, self.lake_tables
+        )
 
     def _schedules(self, code: lambda_.Code) -> None:
         self.dead_letter_queue = spark_schedules.dead_letter_queue(self, self.artifacts_key)
@@ -126,6 +134,11 @@ class Analytics(Construct):
             bucket=self.storage.bucket.bucket_name,
             tables=self.storage.tables,
             compaction_max_records=self.settings.compaction_max_records,
+            **(
+                {"lake_tables": lake_catalog.lake_tables_json(self.lake_tables)}
+                if self.lake_tables.tables
+                else {}
+            ),
         ).environment()
 
     @property

@@ -40,6 +40,8 @@ CTX_CONSUMER_GROUPS: Final = "shardlog:consumerGroups"
 # Lambda consumer groups: a list of objects, each the group's settings in camelCase
 # (group, functionArn, batchSize, ...: docs/CONSUMERS.md, "Lambda consumers").
 CTX_LAMBDA_CONSUMERS: Final = "shardlog:lambdaConsumers"
+# The declared typed lake tables (docs/LAKE.md): a JSON array, checked at synth.
+CTX_LAKE_TABLES: Final = "shardlog:lakeTables"
 CTX_ITERATOR_AGE_ALARM_MINUTES: Final = "shardlog:iteratorAgeAlarmMinutes"
 # The latency/cost dial of ingest (docs/SCALE.md): records per invocation, how long Lambda
 # gathers them, and whether the stream is read through an enhanced fan-out consumer.

@@ -77,6 +77,7 @@ class Monitoring(Construct):
         self._ingest_alarms()
         self._other_alarms()
         self._lambda_consumer_alarms()
+        self._lake_alarms()
         self.dashboard = PipelineDashboard(
             self.metrics, settings, self.alarms, lambda_consumers
         ).build(self)
@@ -256,6 +257,24 @@ class Monitoring(Construct):
             description="A scheduled Spark run never started: the dead-letter queue holds the "
             "schedule's event (job and schedule time) and why.",
         )
+
+    def _lake_alarms(self) -> None:
+        """A typed lake table refused records into its dead-letter table (docs/LAKE.md)."""
+        for declared in self.analytics.lake_tables.tables:
+            table = f"{IC.LAKE_DATABASE}.{declared.name}"
+            self.add_alarm(
+                f"LakeRejected{group_id(declared.name)}",
+                cw.Metric(
+                    namespace=C.METRICS_NAMESPACE,
+                    metric_name=C.METRIC_LAKE_RECORDS_REJECTED,
+                    dimensions_map={C.DIMENSION_LAKE_TABLE: table},
+                    period=PERIOD,
+                    statistic="Sum",
+                ),
+                threshold=1,
+                description=f"Compaction refused records into {table}_rejected: they do not "
+                f"fit {table}'s declared schema (the table's named query shows which field).",
+            )
 
     def _lambda_consumer_alarms(self) -> None:
         if self.lambda_consumers is None:

@@ -26,6 +26,7 @@ from infra.lake_catalog import LAKE_DATABASE, LAKE_GLUE_ACTIONS, LAKE_OBJECT_ACT
 from infra.nag import acknowledge_job_run_grant
 from infra.storage import Storage, name_in_key_policy
 from shardlog import constants as C
+from shardlog.lake.declared import LakeTables
 
 SPARK_JOBS_DIR = REPO_ROOT / "spark_jobs"
 EMR_SERVICE_PRINCIPAL = "emr-serverless.amazonaws.com"
@@ -108,6 +109,7 @@ def execution_role(
     application: emrs.CfnApplication,
     artifacts: s3.IBucket,
     artifacts_key: kms.IKey,
+    lake_tables: LakeTables | None = None,
 ) -> iam.Role:
     app_arn = application.attr_arn
     role = iam.Role(
@@ -141,7 +143,7 @@ def execution_role(
             actions=LAKE_OBJECT_ACTIONS,
             resources=[bucket.arn_for_objects(f"{C.LAKE_PREFIX}{LAKE_DATABASE}/*")],
         ),
-        iam.PolicyStatement(actions=LAKE_GLUE_ACTIONS, resources=lake_glue_arns()),
+        iam.PolicyStatement(actions=LAKE_GLUE_ACTIONS, resources=lake_glue_arns(lake_tables)),
         iam.PolicyStatement(
             actions=["s3:GetObject"],
             resources=[
@@ -168,6 +170,16 @@ def execution_role(
     # the application, whose log configuration names that key (a cycle); the role's
     # identity policy above is its grant there.
     name_in_key_policy(storage.key, role, KMS_DATA_ACTIONS, JOB_KEY_SERVICES)
+    if lake_tables is not None and lake_tables.tables:
+        # Compaction counts each typed table's dead-letter records (docs/LAKE.md); the
+        # action takes no resource, so the namespace is the condition.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": C.METRICS_NAMESPACE}},
+            )
+        )
     return role
 
 

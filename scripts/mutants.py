@@ -68,6 +68,8 @@ SEEK = (
     "tests/functional/lambda_consumer/test_seek.py",
     "tests/unit/test_seek_plan.py",
 )
+# Typed lake tables and their dead-letter tables (shardlog/spark/typed.py).
+TYPED_COMPACTION = ("tests/spark/test_typed_compaction.py",)
 IDEMPOTENCE_MODEL = ("tests/functional/ingest/test_idempotence_model.py",)
 IDEMPOTENCE = (
     "tests/functional/ingest/test_idempotent_ingest.py",
@@ -782,6 +784,43 @@ MUTATIONS = (
         "return checkpoint is not None and checkpoint.isdigit() and int(checkpoint) >= head",
         "return checkpoint is not None and checkpoint.isdigit() and int(checkpoint) >= head - 1",
         ("tests/functional/lambda_consumer/test_wakes.py",),
+    ),
+    Mutation(
+        "typed-dead-letter",
+        "a record that does not fit its typed table going to the dead-letter table (here: "
+        "counted as not the table's, so dropped past the batch check)",
+        "shardlog/spark/typed.py",
+        "matched = pc.fill_null(rows.column(MATCHED), False)",
+        "matched = pc.and_(pc.fill_null(rows.column(MATCHED), False), "
+        "pc.is_null(rows.column(ERROR_FIELD)))",
+        TYPED_COMPACTION,
+    ),
+    Mutation(
+        "typed-rejected-watermark",
+        "typed compaction skipping the refused records its dead-letter table already holds "
+        "(below that table's watermark)",
+        "shardlog/spark/typed.py",
+        'below = pc.less(refused.column("seq"), self._marks(refused))',
+        'below = pc.less(refused.column("seq"), pc.multiply(self._marks(refused), 0))',
+        TYPED_COMPACTION,
+    ),
+    Mutation(
+        "typed-batch-check",
+        "typed compaction committing only when each batch was seen whole and every record "
+        "accounted for",
+        "shardlog/spark/typed.py",
+        "    check_typed(plans, stats)\n",
+        "",
+        TYPED_COMPACTION,
+    ),
+    Mutation(
+        "typed-accounting",
+        "typed compaction's batch check requiring every record typed, rejected, already "
+        "rejected or not the table's, once",
+        "shardlog/spark/typed.py",
+        "if not whole or outside or accounted != total[SEEN]:",
+        "if not whole or outside:",
+        ("tests/unit/test_typed_check.py", *TYPED_COMPACTION),
     ),
 )
 

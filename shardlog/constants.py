@@ -51,6 +51,9 @@ METRIC_SEGMENTS_WRITTEN: Final = "SegmentsWritten"
 METRIC_SEGMENTS_ADOPTED: Final = "SegmentsAdopted"
 METRIC_BATCH_FAILED: Final = "BatchFailed"
 METRIC_LEASE_HELD: Final = "LeaseHeld"
+# Records a typed lake table refused into its dead-letter table, per run (docs/LAKE.md).
+METRIC_LAKE_RECORDS_REJECTED: Final = "LakeRecordsRejected"
+DIMENSION_LAKE_TABLE: Final = "LakeTable"  # <database>.<typed table>
 # A commit fenced by another writer (LeaseLostError, CommitConflictError): apart from
 # BatchFailed, which counts every other failure.
 METRIC_COMMIT_FENCED: Final = "CommitFenced"
@@ -169,6 +172,9 @@ LAKE_PREFIX: Final = "lake/"  # table locations: s3://<bucket>/lake/<database>/<
 DEFAULT_LAKE_CATALOG: Final = "shardlog"
 DEFAULT_LAKE_TABLE: Final = "shardlog.events"  # <Glue database>.<table>
 ENV_LAKE_TABLE: Final = "SHARDLOG_LAKE_TABLE"
+# The declared typed tables (docs/LAKE.md), a JSON array: the Spark trigger's, on AWS.
+ENV_LAKE_TABLES: Final = "SHARDLOG_LAKE_TABLES"
+STATE_LAKE_TABLES: Final = "lakeTables"  # their key in the local state file
 # Maintenance (`shardlog lake maintain`, the scheduled maintain job): snapshots older than the
 # retention expire; unreferenced files go once older than the grace, which must exceed a
 # compaction run (its files precede its commit; its EMR timeout is 2 h).

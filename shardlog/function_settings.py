@@ -236,6 +236,7 @@ class SparkTriggerSettings(FunctionSettings):
         **TABLE_VARIABLES,
         "region": C.ENV_REGION,
         "compaction_max_records": C.ENV_COMPACTION_MAX_RECORDS,
+        "lake_tables": C.ENV_LAKE_TABLES,
     }
 
     application_id: str = Field(min_length=1, max_length=64)
@@ -249,6 +250,8 @@ class SparkTriggerSettings(FunctionSettings):
     # Lambda sets AWS_REGION itself: the stack never writes it.
     region: str = Field(default=C.DEFAULT_REGION, min_length=1)
     compaction_max_records: CompactionMaxRecords = C.DEFAULT_COMPACTION_MAX_RECORDS
+    # The declared typed lake tables, JSON (checked at synth; the job checks them again).
+    lake_tables: str = ""
 
     def target(self) -> SparkTarget:
         return SparkTarget(
@@ -266,4 +269,5 @@ class SparkTriggerSettings(FunctionSettings):
             region=self.region,
             endpoint_url=endpoint_url,
             max_records=self.compaction_max_records,
+            lake_tables=self.lake_tables,
         )

@@ -4,6 +4,8 @@ The exactly-once protocol (open, plan, write, commit, mirror) lives in
 ``shardlog.spark.compaction`` and ``shardlog.lake``; this job is ``main(argv)`` and the
 wiring. The executors write one file per (chunk of segments, arrival day):
 ``<table location>/data/arrival_day=D/<partition>-<first seq>-<last seq>-<run id>.parquet``.
+Then each declared typed table (``--lake-tables``, docs/LAKE.md) and its dead-letter table,
+each from its own watermarks (``shardlog.spark.typed``).
 Run: ``spark-submit spark_jobs/compact.py --bucket B --partitions-table P --consumers-table C``.
 """
 
@@ -21,6 +23,7 @@ from shardlog.lake.catalog import open_table
 from shardlog.spark.compaction import CompactionReport, run_compaction, write_chunks
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.session import build_session
+from shardlog.spark.typed import compact_typed, publish_rejections
 
 APP_NAME = "shardlog-compact"
 
@@ -32,10 +35,18 @@ def compact(
     report = CompactionReport(run_id=run_id or uuid.uuid4().hex[:16])
     with report.phase("plan"):
         table = open_table(args.lake(), create=True)  # first: a bad catalog fails before work
+    declared = args.declared()  # a bad declaration fails before any work too
     # The executors: fetch, decode, group, Parquet, PUT.
-    return run_compaction(
+    run_compaction(
         clients, args, table, report, lambda plans: write_chunks(spark, args, plans, report.run_id)
     )
+    typed_reports = []
+    for table_declared in declared.tables:  # then each typed table, from its own watermarks
+        with report.phase(f"typed:{table_declared.name}"):
+            typed_reports.append(compact_typed(spark, clients, args, table_declared, report.run_id))
+    report.tables = [typed.as_dict() for typed in typed_reports]
+    publish_rejections(clients, typed_reports)
+    return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:

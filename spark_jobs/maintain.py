@@ -4,7 +4,9 @@ The work is ``shardlog.lake.maintenance`` on the driver (catalog calls, S3 listi
 batched deletes): no executor work. It still starts a Spark session, as every job EMR
 Serverless runs does, so the run's lifecycle is the same as compaction's. The orphan grace
 (at least 3 h) exceeds a compaction run's timeout, so a running compaction's files, written
-before its commit, are never removed. Scheduled daily by the stack (docs/LAKE.md).
+before its commit, are never removed. Scheduled daily by the stack (docs/LAKE.md). Each
+declared typed table (``--lake-tables``) and its dead-letter table are maintained the same
+way, after the raw table.
 Run: ``spark-submit spark_jobs/maintain.py --bucket B --partitions-table P --consumers-table C``.
 """
 
@@ -15,10 +17,15 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from pyiceberg.table import Table
+
 from shardlog.lake.catalog import open_table
+from shardlog.lake.exceptions import NoLakeTableError
 from shardlog.lake.maintenance import MaintenanceReport, maintain
+from shardlog.lake.settings import LakeSettings
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.session import build_session
+from shardlog.spark.typed import TypedTables
 
 APP_NAME = "shardlog-maintain"
 
@@ -26,28 +33,59 @@ APP_NAME = "shardlog-maintain"
 def run_maintenance(args: JobArgs, now: datetime) -> MaintenanceReport:
     """Expire and remove as of ``now`` (injected: the tests move it past the grace)."""
     settings = args.lake()
+    # No table yet (no compaction ran): a clear error.
+    return _maintain(args, settings, open_table(settings), now)
+
+
+def run_declared_maintenance(args: JobArgs, now: datetime) -> dict[str, MaintenanceReport]:
+    """The same for each declared typed table and its dead-letter table that compaction
+    created already (a table declared since the last compaction run has none yet)."""
+    reports = {}
+    for declared in args.declared().tables:
+        tables = TypedTables.beside(args.lake(), declared)
+        try:
+            typed, rejected = tables.open(create=False)
+        except NoLakeTableError:
+            continue
+        for settings, table in ((tables.typed, typed), (tables.rejected, rejected)):
+            reports[settings.table] = _maintain(args, settings, table, now)
+    return reports
+
+
+def _maintain(
+    args: JobArgs, settings: LakeSettings, table: Table, now: datetime
+) -> MaintenanceReport:
     return maintain(
         args.config().clients().s3,
         settings,
-        open_table(settings),  # no table yet (no compaction ran): a clear error
+        table,
         now,
         snapshot_retention=timedelta(hours=args.snapshot_retention_hours),
         orphan_grace=timedelta(hours=args.orphan_grace_hours),
     )
 
 
+def _summary(report: MaintenanceReport) -> dict[str, int]:
+    return {
+        "expiredSnapshots": len(report.expired_snapshots),
+        "removedFiles": len(report.removed_files),
+        "keptYoungFiles": report.kept_young_files,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = JobArgs.parse(sys.argv[1:] if argv is None else argv, (__doc__ or "").split("\n")[0])
     spark = build_session(APP_NAME)
     try:
-        report = run_maintenance(args, datetime.now(UTC))
+        now = datetime.now(UTC)
+        report = run_maintenance(args, now)
+        declared = run_declared_maintenance(args, now)
     finally:
         spark.stop()
     summary = {
         "job": "maintain",
-        "expiredSnapshots": len(report.expired_snapshots),
-        "removedFiles": len(report.removed_files),
-        "keptYoungFiles": report.kept_young_files,
+        **_summary(report),
+        "tables": {name: _summary(r) for name, r in declared.items()},
     }
     print(json.dumps(summary, sort_keys=True))
     return 0

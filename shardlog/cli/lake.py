@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 
 from shardlog import constants as C
 from shardlog.config import ShardlogConfig
 from shardlog.exceptions import ShardlogError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardlog.lake.schema import TableSchema
+    from shardlog.lake.settings import LakeSettings
 
 
 def _config(ctx: click.Context) -> ShardlogConfig:
@@ -53,6 +58,20 @@ def lake() -> None:
     is_flag=True,
     help="Add the committed log beyond the table's watermark (records not compacted yet).",
 )
+@click.option(
+    "--table",
+    "table_name",
+    default=None,
+    help="A declared typed table, or its dead-letter table <T>_rejected (docs/LAKE.md); "
+    "default: the raw table.",
+)
+@click.option(
+    "--where",
+    "where_terms",
+    multiple=True,
+    metavar="COLUMN=VALUE",
+    help="Rows whose COLUMN (a scalar column of --table) equals VALUE; repeatable (all hold).",
+)
 @click.option("--endpoint-url", help="AWS endpoint; overrides the global option.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines, one row each.")
 @click.pass_context
@@ -64,36 +83,74 @@ def query(
     until: datetime | None,
     limit: int,
     fresh: bool,
+    table_name: str | None,
+    where_terms: tuple[str, ...],
     endpoint_url: str | None,
     as_json: bool,
 ) -> None:
     """Rows of the lake table matching every filter, by partition and seq."""
     from shardlog.lake.catalog import open_table
-    from shardlog.lake.query import LakeQuery, json_rows, render_rows, run_query
-    from shardlog.lake.settings import LakeSettings
+    from shardlog.lake.query import (
+        RAW_COLUMNS,
+        LakeQuery,
+        json_rows,
+        query_table,
+        render_rows,
+        run_query,
+    )
+    from shardlog.lake.query import where as where_filter
+    from shardlog.lake.schema import EVENTS
     from shardlog.tables import Tables
 
     config = _config(ctx)
     if endpoint_url:
         config = replace(config, endpoint_url=endpoint_url, extra={**config.extra, "lake": None})
+    if fresh and table_name:
+        raise click.BadParameter(
+            "--fresh reads the raw log: not with --table", param_hint="--fresh"
+        )
     try:
-        spec = LakeQuery(partition_keys, partitions, since, until, limit)
+        settings, schema = _lake_table(config, table_name)
+        spec = LakeQuery(
+            partition_keys, partitions, since, until, limit, where_filter(schema, where_terms)
+        )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    except ShardlogError as exc:
+        raise click.BadParameter(str(exc), param_hint="--table") from None
     try:
-        table = open_table(LakeSettings.from_config(config))
+        table = open_table(settings, schema=schema)
         clients = config.clients() if fresh else None
         heads = Tables(clients, config.tables).list_partitions() if clients else []
-        rows = run_query(
-            table, spec, fresh=fresh, clients=clients, bucket=config.bucket, partitions=heads
-        )
+        if schema is EVENTS:
+            rows = run_query(
+                table, spec, fresh=fresh, clients=clients, bucket=config.bucket, partitions=heads
+            )
+        else:  # a declared table: its own columns, never fresh
+            rows = query_table(table, spec, schema)
     except ShardlogError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        for row in json_rows(rows):
-            click.echo(json.dumps(row, sort_keys=True))
+        for row in json_rows(rows, schema):
+            click.echo(json.dumps(row, sort_keys=True, default=str))
         return
-    click.echo(render_rows(list(json_rows(rows))))
+    columns = RAW_COLUMNS if schema is EVENTS else [c.json_name for c in schema.columns]
+    click.echo(render_rows(list(json_rows(rows, schema)), columns))
+
+
+def _lake_table(config: ShardlogConfig, name: str | None) -> tuple[LakeSettings, TableSchema]:
+    """The settings and shape of the raw table, or of a declared table (``--table``)."""
+    from shardlog.lake.declared import rejected_schema
+    from shardlog.lake.schema import EVENTS
+    from shardlog.lake.settings import LakeSettings
+    from shardlog.spark.jobs import JobArgs
+
+    raw = LakeSettings.from_config(config)
+    if name is None:
+        return raw, EVENTS
+    declared = JobArgs.from_config(config).declared().table(name)
+    schema = rejected_schema() if name == declared.rejected_name else declared.typed_schema()
+    return raw.sibling(name), schema
 
 
 @lake.command("maintain")

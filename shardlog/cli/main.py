@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -144,6 +145,12 @@ def demo(
             f"(snapshot {lake['snapshotId']})\n  $ {lake['sampleQuery']}\n"
             + render_rows(lake["sample"])
         )
+        for typed in lake.get("typed", []):
+            summary += (
+                f"\n  typed table {typed['table']}: {typed['rows']} rows; {typed['rejected']} "
+                f"in {typed['table']}_rejected ({'; '.join(typed['refusals'])}): "
+                f"each record in one of them, once\n  $ {typed['sampleQuery']}"
+            )
     for violation in report.violations[:20]:
         summary += f"\n  violation: {violation}"
     _emit(as_json, report.as_dict(), summary)
@@ -217,6 +224,15 @@ def local() -> None:
     help="Port of the console (`shardlog console`, read-only) on 127.0.0.1 "
     "(0: any free port; -1: no console).",
 )
+@click.option(
+    "--lake-tables",
+    "lake_tables",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    callback=lambda _ctx, _param, path: _lake_tables(path),
+    help="Declared typed lake tables: a JSON array (docs/LAKE.md) that compaction fills "
+    "beside the raw table, each with its dead-letter table.",
+)
 @click.pass_context
 def local_up(
     ctx: click.Context,
@@ -229,6 +245,7 @@ def local_up(
     ingest_batch_size: int,
     ingest_batching_window_ms: int,
     console_port: int,
+    lake_tables: list[dict[str, Any]] | None,
 ) -> None:
     """Start the embedded AWS, the producer HTTP API, the console and any Lambda consumer
     groups on 127.0.0.1; ingest (and consume) until interrupted."""
@@ -244,6 +261,7 @@ def local_up(
             partitions_table=base.partitions_table,
             consumers_table=base.consumers_table,
             region=base.region,
+            extra={C.STATE_LAKE_TABLES: lake_tables} if lake_tables else {},
         ),
         port=port,
         shard_count=shards,
@@ -281,6 +299,18 @@ def local_up(
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait(max_seconds)
     click.echo("stopped")
+
+
+def _lake_tables(path: Path | None) -> list[dict[str, Any]] | None:
+    """The declarations of ``--lake-tables FILE``, checked: one error naming each field."""
+    if path is None:
+        return None
+    from shardlog.lake.declared import LakeDeclarationError, parse_lake_tables
+
+    try:
+        return parse_lake_tables(json.loads(path.read_text()), str(path)).to_json()
+    except (ValueError, LakeDeclarationError) as exc:  # not JSON, or a field refused
+        raise click.BadParameter(str(exc), param_hint="--lake-tables") from exc
 
 
 def _local_console(ctx: click.Context, config: ShardlogConfig, port: int) -> str:

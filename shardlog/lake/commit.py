@@ -87,11 +87,14 @@ _CATALOG_UNREACHABLE: tuple[type[BaseException], ...] = (BotoCoreError, ClientEr
 @dataclass(frozen=True)
 class LakeAppend:
     """What one run appends: per partition the seq range ``[start, end)``, and the files
-    (``s3://`` URIs) holding exactly those records."""
+    (``s3://`` URIs) holding exactly those records. A typed table holds only the records
+    of a range that are its and fit its schema (``shardlog.spark.typed``): its range may
+    hold none, and its append moves the watermarks with no file (``watermarks_only``)."""
 
     ranges: Mapping[str, tuple[int, int]]
     files: Sequence[str]
     run_id: str
+    watermarks_only: bool = False
 
     @property
     def records(self) -> int:
@@ -179,7 +182,7 @@ def append(
     """Commit ``batch`` beyond the table's watermarks, exactly once. ``LakeConflictError``:
     the batch is stale and provably in no snapshot (its files may go);
     ``LakeCommitUnknownError``: the outcome could not be found out (delete nothing)."""
-    if not batch.files:
+    if not batch.files and not (batch.watermarks_only and batch.ranges):
         raise ValueError("an append without files: nothing to commit (no empty snapshot)")
     outcome_unknown = commit_failures()
     sent, failure = 0, ""

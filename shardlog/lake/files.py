@@ -147,9 +147,18 @@ def write_data_files(
     batches = [mapping.records(s) for s in segments]
     if not batches:
         return []
-    records = pa.Table.from_batches(batches).sort_by(
-        [("partition_id", "ascending"), ("seq", "ascending")]
-    )
+    return write_rows(s3, settings, pa.Table.from_batches(batches), run_id, mapping.schema)
+
+
+def write_rows(
+    s3: object, settings: LakeSettings, rows: pa.Table, run_id: str, schema: TableSchema = EVENTS
+) -> list[DataFile]:
+    """Write a table's rows as data files, one per (partition, arrival day), sorted by seq,
+    with one PutObject each (the raw table's, and a typed table's and its dead-letter
+    table's: ``shardlog.spark.typed``)."""
+    if not rows.num_rows:
+        return []
+    records = rows.sort_by([("partition_id", "ascending"), ("seq", "ascending")])
     days = pc.strftime(records.column("arrival_time"), format="%Y-%m-%d", locale="C")
     records = records.append_column("day", days)
     written = []
@@ -160,13 +169,13 @@ def write_data_files(
             pc.equal(records.column("partition_id"), partition_id),
             pc.equal(records.column("day"), day),
         )
-        rows = records.filter(mask)
-        seqs = rows.column("seq")
+        part = records.filter(mask)
+        seqs = part.column("seq")
         first, last = pc.min(seqs).as_py(), pc.max(seqs).as_py()
         key = data_file_key(settings.key_prefix, partition_id, day, first, last, run_id)
-        body = parquet_bytes(rows, mapping.schema)
+        body = parquet_bytes(part, schema)
         s3.put_object(Bucket=settings.bucket, Key=key, Body=body)  # type: ignore[attr-defined]
-        written.append(DataFile(key, partition_id, rows.num_rows, len(body), first, last))
+        written.append(DataFile(key, partition_id, part.num_rows, len(body), first, last))
     return written
 
 

@@ -13,16 +13,29 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.types import BinaryType, DateType, TimestampType, TimestamptzType
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+)
 
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.lake.commit import table_watermarks
+from shardlog.lake.exceptions import LakeSchemaError
 from shardlog.lake.files import EVENT_RECORDS, SegmentMapping
 from shardlog.lake.schema import EVENTS, UTC_MICROS, Column, TableSchema
 from shardlog.segments import SegmentStore
@@ -47,6 +60,8 @@ class LakeQuery:
     since: datetime | None = None
     until: datetime | None = None
     limit: int = DEFAULT_QUERY_LIMIT
+    # Column = value terms on other columns (a typed table's), values typed by ``where``.
+    equals: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_QUERY_LIMIT:
@@ -73,6 +88,7 @@ def row_filter(query: LakeQuery) -> BooleanExpression:
     from pyiceberg.expressions import (
         AlwaysTrue,
         And,
+        EqualTo,
         GreaterThanOrEqual,
         In,
         LessThan,
@@ -95,10 +111,54 @@ def row_filter(query: LakeQuery) -> BooleanExpression:
         )
     if query.until is not None:
         terms.append(LessThan(term=Reference("arrival_time"), value=literal(_iso(query.until))))
+    terms += [EqualTo(term=Reference(name), value=literal(value)) for name, value in query.equals]
     expression: BooleanExpression = AlwaysTrue()
     for term in terms:
         expression = And(expression, term)
     return expression
+
+
+def where(schema: TableSchema, terms: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+    """``COLUMN=VALUE`` terms on a table's scalar columns, each value read as its column's
+    type (``ValueError`` naming the term and why)."""
+    parsed = []
+    for term in terms:
+        name, sep, text = term.partition("=")
+        if not sep:
+            raise ValueError(f"--where {term!r}: COLUMN=VALUE")
+        try:
+            column = schema.column(name)
+        except LakeSchemaError as exc:
+            raise ValueError(f"--where {term!r}: {exc}") from None
+        read = _READERS.get(type(column.kind))
+        if read is None:
+            raise ValueError(f"--where {term!r}: {name} is {column.kind}, not a scalar column")
+        try:
+            value = read(text)
+            if isinstance(column.kind, DecimalType):  # pyiceberg binds a decimal of its scale
+                value = value.quantize(Decimal(1).scaleb(-column.kind.scale))
+            parsed.append((name, value))
+        except (ValueError, ArithmeticError) as exc:
+            raise ValueError(f"--where {term!r}: not a {column.kind}: {exc}") from None
+    return tuple(parsed)
+
+
+def _boolean(text: str) -> bool:
+    if text not in ("true", "false"):
+        raise ValueError("true or false")
+    return text == "true"
+
+
+_READERS: dict[type, Callable[[str], Any]] = {
+    StringType: str,
+    LongType: int,
+    IntegerType: int,
+    DoubleType: float,
+    BooleanType: _boolean,
+    DecimalType: Decimal,
+    DateType: lambda text: date.fromisoformat(text).isoformat(),
+    TimestamptzType: lambda text: _iso(datetime.fromisoformat(text)),
+}
 
 
 def arrow_filter(rows: pa.Table, query: LakeQuery) -> pa.Table:
@@ -182,12 +242,16 @@ def _json_value(column: Column) -> Callable[[Any], Any]:
         return lambda when: None if when is None else _iso_ms(when)
     if isinstance(column.kind, (TimestampType, DateType)):
         return lambda when: None if when is None else when.isoformat()
+    if isinstance(column.kind, DecimalType):  # exact, as text (a JSON number is a double)
+        return lambda value: None if value is None else str(value)
     return lambda value: value
 
 
-def render_rows(rows: list[dict[str, Any]]) -> str:
+RAW_COLUMNS = ("partitionId", "seq", "partitionKey", "arrivalTime", "data")
+
+
+def render_rows(rows: list[dict[str, Any]], columns: Sequence[str] = RAW_COLUMNS) -> str:
     """JSON rows (``json_rows``) as a text table, data as text when printable."""
-    columns = ("partitionId", "seq", "partitionKey", "arrivalTime", "data")
     cells = [[str(r[c]) if c != "data" else _short(r[c]) for c in columns] for r in rows]
     widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]

@@ -49,13 +49,16 @@ from pyiceberg.types import (
     BinaryType,
     BooleanType,
     DateType,
+    DecimalType,
     DoubleType,
     FloatType,
     IcebergType,
     IntegerType,
+    ListType,
     LongType,
     NestedField,
     StringType,
+    StructType,
     TimestampType,
     TimestamptzType,
 )
@@ -63,7 +66,8 @@ from pyiceberg.types import (
 from shardlog.lake.exceptions import LakeSchemaError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType as SparkType
+    from pyspark.sql.types import StructType as SparkStruct
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")
 # Each Iceberg type a column may have, as Arrow and as Spark's DDL name it. Plain (not
@@ -93,6 +97,43 @@ SPARK_TYPES: dict[type[IcebergType], str] = {
     TimestampType: "timestamp_ntz",
     TimestamptzType: "timestamp",
 }
+
+
+def is_supported(kind: IcebergType) -> bool:
+    """Whether every derived shape has this type: a primitive of ``ARROW_TYPES``, a
+    decimal, or a struct or list of supported types (the typed tables' nested columns)."""
+    if isinstance(kind, StructType):
+        return all(is_supported(f.field_type) for f in kind.fields)
+    if isinstance(kind, ListType):
+        return is_supported(kind.element_type)
+    return isinstance(kind, DecimalType) or type(kind) in ARROW_TYPES
+
+
+def arrow_type(kind: IcebergType) -> pa.DataType:
+    """The Arrow type of an Iceberg type (nested fields nullable unless required)."""
+    if isinstance(kind, StructType):
+        return pa.struct(
+            [pa.field(f.name, arrow_type(f.field_type), not f.required) for f in kind.fields]
+        )
+    if isinstance(kind, ListType):
+        element = pa.field("element", arrow_type(kind.element_type), not kind.element_required)
+        return pa.list_(element)
+    if isinstance(kind, DecimalType):
+        return pa.decimal128(kind.precision, kind.scale)
+    return ARROW_TYPES[type(kind)]
+
+
+def spark_type(kind: IcebergType) -> str:
+    """The Spark DDL of an Iceberg type (``struct<a:long>``, ``array<string>``, ...)."""
+    if isinstance(kind, StructType):
+        return f"struct<{','.join(f'{f.name}:{spark_type(f.field_type)}' for f in kind.fields)}>"
+    if isinstance(kind, ListType):
+        return f"array<{spark_type(kind.element_type)}>"
+    if isinstance(kind, DecimalType):
+        return f"decimal({kind.precision},{kind.scale})"
+    return SPARK_TYPES[type(kind)]
+
+
 # Iceberg numbers partition fields from 1000 (the spec's convention; column ids stay below).
 FIRST_PARTITION_FIELD_ID = 1000
 # A column name every engine takes unquoted (Spark DDL, Athena, pyiceberg, JSON in camelCase).
@@ -121,17 +162,20 @@ class Column:
                 f"column {self.name}: field id must be 1..{FIRST_PARTITION_FIELD_ID - 1}, "
                 f"not {self.field_id}"
             )
-        if type(self.kind) not in ARROW_TYPES:
+        if not is_supported(self.kind):
             known = ", ".join(str(kind()) for kind in ARROW_TYPES)
-            raise LakeSchemaError(f"column {self.name}: type {self.kind} is not one of {known}")
+            raise LakeSchemaError(
+                f"column {self.name}: type {self.kind} is not one of {known}, "
+                "decimal, or a struct or list of them"
+            )
 
     @property
     def arrow_type(self) -> pa.DataType:
-        return ARROW_TYPES[type(self.kind)]
+        return arrow_type(self.kind)
 
     @property
     def spark_type(self) -> str:
-        return SPARK_TYPES[type(self.kind)]
+        return spark_type(self.kind)
 
     @property
     def json_name(self) -> str:
@@ -225,25 +269,12 @@ class TableSchema:
         field nullable, as Spark reads Arrow batches."""
         return ", ".join(f"{c.name} {c.spark_type}" for c in self.columns)
 
-    def spark_struct(self) -> StructType:
+    def spark_struct(self) -> SparkStruct:
         """The same Spark schema as a ``StructType`` (pyspark imported only here)."""
-        from pyspark.sql import types
+        from pyspark.sql.types import StructField
 
-        kinds = (
-            types.StringType,
-            types.BinaryType,
-            types.BooleanType,
-            types.IntegerType,
-            types.LongType,
-            types.FloatType,
-            types.DoubleType,
-            types.DateType,
-            types.TimestampType,
-            types.TimestampNTZType,
-        )
-        by_name = {kind.typeName(): kind for kind in kinds}
-        return types.StructType(
-            [types.StructField(c.name, by_name[c.spark_type]()) for c in self.columns]
+        return _spark_struct_type(
+            [StructField(c.name, _spark_data_type(c.kind)) for c in self.columns]
         )
 
     def check(self, found: Schema, identifier: str) -> None:
@@ -270,6 +301,40 @@ class TableSchema:
             raise LakeSchemaError(
                 f"table {identifier} is not a shardlog lake table: {'; '.join(sorted(problems))}"
             )
+
+
+def _spark_struct_type(fields: list[Any]) -> SparkStruct:
+    from pyspark.sql import types
+
+    return types.StructType(fields)
+
+
+def _spark_data_type(kind: IcebergType) -> SparkType:
+    """Spark's ``DataType`` of an Iceberg type, nested ones too (every field nullable)."""
+    from pyspark.sql import types
+
+    if isinstance(kind, StructType):
+        return types.StructType(
+            [types.StructField(f.name, _spark_data_type(f.field_type)) for f in kind.fields]
+        )
+    if isinstance(kind, ListType):
+        return types.ArrayType(_spark_data_type(kind.element_type))
+    if isinstance(kind, DecimalType):
+        return types.DecimalType(kind.precision, kind.scale)
+    primitives = (
+        types.StringType,
+        types.BinaryType,
+        types.BooleanType,
+        types.IntegerType,
+        types.LongType,
+        types.FloatType,
+        types.DoubleType,
+        types.DateType,
+        types.TimestampType,
+        types.TimestampNTZType,
+    )
+    by_name = {primitive.typeName(): primitive for primitive in primitives}
+    return by_name[SPARK_TYPES[type(kind)]]()
 
 
 def _duplicates(what: str, values: Sequence[object]) -> list[str]:

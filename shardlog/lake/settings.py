@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shardlog import constants as C
@@ -42,6 +42,12 @@ class LakeSettings:
     def key_prefix(self) -> str:
         """The table location's key in its bucket, ending in '/'."""
         return self.location.removeprefix("s3://").split("/", 1)[1].rstrip("/") + "/"
+
+    def sibling(self, name: str) -> LakeSettings:
+        """Another table of the same database and catalog, beside this one (a declared
+        typed table, or its dead-letter table: ``shardlog.lake.declared``)."""
+        parent = self.location.rstrip("/").rsplit("/", 1)[0]
+        return replace(self, table=f"{self.database}.{name}", location=f"{parent}/{name}")
 
     @classmethod
     def for_deployment(

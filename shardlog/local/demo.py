@@ -13,6 +13,7 @@ from typing import Any
 
 from shardlog import constants as C
 from shardlog.api_client import ApiClient
+from shardlog.config import ShardlogConfig
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings
 from shardlog.local.lambda_consumers import LocalGroup
 from shardlog.local.poller import EventSourceSettings
@@ -69,14 +70,50 @@ class DemoReport:
         }
 
 
+# The demo's typed lake table (docs/LAKE.md): its records' payloads, typed. A few records do
+# not fit it on purpose (``malformed``): they land in its dead-letter table.
+DEMO_TABLE = "demo_records"
+DEMO_LAKE_TABLES = [
+    {
+        "name": DEMO_TABLE,
+        "schema": {
+            "type": "object",
+            "required": ["k", "n", "i"],
+            "properties": {
+                "k": {"type": "string"},
+                "n": {"type": "integer", "minimum": 0},
+                "i": {"type": "integer", "minimum": 0},
+            },
+        },
+    }
+]
+MALFORMED_EVERY = 997  # record i with i % MALFORMED_EVERY == MALFORMED_EVERY - 1
+
+
+def malformed(i: int) -> tuple[str, str] | None:
+    """How record i is malformed for the typed table on purpose, if it is: (the field
+    refused, the extra payload): a wrong type, a required field missing, out of range."""
+    if i % MALFORMED_EVERY != MALFORMED_EVERY - 1:
+        return None
+    return [("i", "wrong type"), ("i", "missing"), ("i", "below minimum")][
+        (i // MALFORMED_EVERY) % 3
+    ]
+
+
 def demo_records(records: int, keys: int) -> list[ProducerRecord]:
-    """Record i goes to key i % keys; its data names the key and its per-key counter."""
+    """Record i goes to key i % keys; its data names the key and its per-key counter (and
+    its index i, except in the few ``malformed`` records)."""
     counters = [0] * keys
     out = []
     for i in range(records):
         k = i % keys
-        data = json.dumps({"k": f"key-{k:05d}", "n": counters[k], "i": i}).encode()
-        out.append(ProducerRecord(f"key-{k:05d}", data))
+        body: dict[str, Any] = {"k": f"key-{k:05d}", "n": counters[k], "i": i}
+        kind = malformed(i)
+        if kind is not None:
+            body = {**body, "i": {"wrong type": f"i-{i}", "below minimum": -i}.get(kind[1])}
+            if kind[1] == "missing":
+                del body["i"]
+        out.append(ProducerRecord(f"key-{k:05d}", json.dumps(body).encode()))
         counters[k] += 1
     return out
 
@@ -132,6 +169,7 @@ def run_demo(
         expected[r.partition_key] += 1
     consumer = DemoLambdaConsumer()
     runtime = LocalRuntime(
+        ShardlogConfig(extra={C.STATE_LAKE_TABLES: DEMO_LAKE_TABLES}),
         shard_count=shards,
         segment_max_records=segment_max_records,
         event_source=EventSourceSettings(batching_window_ms=250),
@@ -189,6 +227,7 @@ def run_demo(
                 runtime.clients, runtime.config, log=log
             )
             report.violations += spark_violations
+            report.violations += _typed_violations(analytics, records)
         return DemoReport(
             records=records,
             keys=keys,
@@ -235,6 +274,26 @@ class DemoLambdaConsumer:
             if self.seen.get(key, []) != list(range(count))
         ]
         return wrong[:20]
+
+
+def _typed_violations(analytics: dict[str, Any], records: int) -> list[str]:
+    """The demo's typed table refused exactly the records malformed on purpose, each for
+    its field (the rest of the check, every record once, is ``verify_typed``'s)."""
+    typed = {t["table"].rsplit(".", 1)[1]: t for t in analytics.get("lake", {}).get("typed", [])}
+    table = typed.get(DEMO_TABLE)
+    if table is None:
+        return [f"no typed table {DEMO_TABLE} after compaction"]
+    expected = sum(malformed(i) is not None for i in range(records))
+    problems = []
+    if (table["rows"], table["rejected"]) != (records - expected, expected):
+        problems.append(
+            f"{DEMO_TABLE}: {table['rows']} typed and {table['rejected']} rejected, expected "
+            f"{records - expected} and the {expected} malformed on purpose"
+        )
+    problems += [
+        f"{DEMO_TABLE}: unexpected refusal {r}" for r in table["refusals"] if r[:3] != "i: "
+    ]
+    return problems
 
 
 def _via_api(partition_key: str) -> bool:

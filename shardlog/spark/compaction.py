@@ -97,6 +97,8 @@ class CompactionReport:
     # Seconds per step of the run (plan, begin, write: the executors' one Spark job, check,
     # commit): where a run's time goes, in its report and its log line.
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    # Each declared typed table's run (shardlog.spark.typed.TypedReport): typed, rejected.
+    tables: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -42,7 +42,7 @@ FILE_TASK_SCHEMA = "key string"
 FILE_STATS_SCHEMA = (
     "file_key string, partition_id string, records long, bytes long, first_seq long, last_seq long"
 )
-_ARROW_FILE_STATS = pa.schema(
+ARROW_FILE_STATS = pa.schema(
     [
         ("file_key", pa.string()),
         ("partition_id", pa.string()),
@@ -79,7 +79,7 @@ class ChunkWriter:
                     segments.append(segment)
                 files = write_data_files(clients.s3, self.lake, segments, self.run_id)
                 yield pa.RecordBatch.from_pylist(
-                    [f.stats() for f in files], schema=_ARROW_FILE_STATS
+                    [f.stats() for f in files], schema=ARROW_FILE_STATS
                 )
 
 

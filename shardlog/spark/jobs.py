@@ -7,13 +7,19 @@ arguments with the same ``JobArgs``, so the two can never disagree on a flag.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shardlog import constants as C
 from shardlog.config import ShardlogConfig
 from shardlog.lake.settings import LakeSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardlog.lake.declared import LakeTables
 
 COMPACT = "compact"
 ANALYTICS = "analytics"
@@ -63,6 +69,14 @@ def spark_submit_parameters(deps_uri: str | None) -> str:
     return " ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in confs)
 
 
+def _declared_tables(config: ShardlogConfig) -> str:
+    """The declared tables as JSON: the local state file's, else the environment's."""
+    saved = config.extra.get(C.STATE_LAKE_TABLES)
+    if saved:
+        return json.dumps(saved, sort_keys=True)
+    return os.environ.get(C.ENV_LAKE_TABLES, "")
+
+
 def _check(job: str) -> None:
     if job not in JOBS:
         raise ValueError(f"unknown Spark job {job!r}; one of {', '.join(JOBS)}")
@@ -99,6 +113,8 @@ class JobArgs:
     lake_table: str = C.DEFAULT_LAKE_TABLE  # <Glue database>.<table>
     snapshot_retention_hours: int = C.DEFAULT_LAKE_SNAPSHOT_RETENTION_HOURS
     orphan_grace_hours: int = C.DEFAULT_LAKE_ORPHAN_GRACE_HOURS
+    # The declared typed tables, a JSON array (shardlog.lake.declared); "" for none.
+    lake_tables: str = ""
 
     @classmethod
     def from_config(cls, config: ShardlogConfig, **overrides: int) -> JobArgs:
@@ -109,8 +125,16 @@ class JobArgs:
             region=config.region,
             endpoint_url=config.endpoint_url,
             lake_table=LakeSettings.from_config(config).table,
+            lake_tables=_declared_tables(config),
             **overrides,
         )
+
+    def declared(self) -> LakeTables:
+        """The declared typed tables, checked (``LakeDeclarationError`` naming the field)."""
+        from shardlog.lake.declared import parse_lake_tables  # pyiceberg: not in the Lambdas
+
+        data = json.loads(self.lake_tables) if self.lake_tables else None
+        return parse_lake_tables(data, "--lake-tables")
 
     def lake(self) -> LakeSettings:
         """Where the lake table lives: derived from the arguments, the same in every job."""
@@ -150,6 +174,8 @@ class JobArgs:
         ]
         if self.endpoint_url:
             argv += ["--endpoint-url", self.endpoint_url]
+        if self.lake_tables:
+            argv += ["--lake-tables", self.lake_tables]
         return argv
 
     @classmethod
@@ -188,6 +214,11 @@ class JobArgs:
             default=C.DEFAULT_LAKE_ORPHAN_GRACE_HOURS,
             help="Maintenance: remove unreferenced files older than this (> a compaction run).",
         )
+        parser.add_argument(
+            "--lake-tables",
+            default="",
+            help="Compaction: the declared typed tables, a JSON array (docs/LAKE.md).",
+        )
         return parser
 
     @classmethod
@@ -204,4 +235,5 @@ class JobArgs:
             lake_table=ns.lake_table,
             snapshot_retention_hours=ns.snapshot_retention_hours,
             orphan_grace_hours=ns.orphan_grace_hours,
+            lake_tables=ns.lake_tables,
         )

@@ -1,0 +1,351 @@
+"""Typed compaction: the log's JSON payloads into a declared table and its dead-letter table,
+exactly once, by the raw table's watermark protocol (``shardlog.lake.commit``).
+
+A declared table ``T`` (``shardlog.lake.declared``) has two Iceberg tables, each with its
+own watermarks in its own snapshots: ``T`` (the records that are T's and fit its schema)
+and ``T_rejected`` (the records that are T's and do not: never dropped). Per run:
+
+1. **open** both tables (created on first use) and read their watermarks ``W_T``, ``W_R``;
+2. **plan** per partition whole committed segments from ``W_T`` (``plan_batches``, as the
+   raw table's compaction);
+3. **write** (executors, one Spark job): read the chunks' segments as records
+   (``SegmentRecords``), parse them (``shardlog.spark.payloads``: DataFrame transforms),
+   and write each chunk's typed rows as T's data files and its rejected rows at or above
+   ``W_R`` as T_rejected's (``TypedWriter``); rejected rows below ``W_R`` are already in
+   T_rejected and are skipped. Each chunk also reports what it saw;
+4. **check** (driver): per partition the chunks saw exactly the batch, and typed +
+   rejected + skipped + not the table's = seen (``check_typed``); else nothing commits;
+5. **commit T_rejected first**, for the partitions with rejected rows: range
+   ``[W_R, end)``, its files. ``LakeConflictError``: another run moved ``W_R``: this run
+   commits nothing and removes its files;
+6. **commit T**: range ``[W_T, end)`` of every batch with its typed files (possibly none:
+   the watermarks move all the same). ``LakeConflictError``: another run appended T first:
+   this run removes its typed files; its T_rejected commit, if any, stands.
+
+Why exactly once: the parse is a function of the record and the declaration, so two runs
+find the same rejected records in the same seqs. ``W_R`` is the next seq whose rejection
+T_rejected does not hold: a rejected record below it is in T_rejected, one at or above it
+is not (a run commits T_rejected before T, so when T's watermark passes a rejected
+record, T_rejected holds it; a partition with no rejected record in a batch keeps its
+``W_R``, which stays true). Each table's append is the raw table's exactly-once commit,
+so a lost answer, a crash or a race is what docs/LAKE.md says for ``events``:
+
+- a crash before 5: no file committed; the next run plans again from ``W_T``;
+- a crash after 5, before 6: T_rejected holds the batch's rejects (``W_R`` moved); the next
+  run plans from ``W_T`` and skips them;
+- two runs on the same batch: the first to commit T_rejected wins it (the other's is stale
+  and commits nothing); the first to commit T wins T;
+- a commit's outcome unknown: ``LakeCommitUnknownError``: the run fails, every file kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardlog import constants as C
+from shardlog.aws import Clients
+from shardlog.config import ShardlogConfig
+from shardlog.lake.catalog import open_table
+from shardlog.lake.commit import LakeAppend, append, table_watermarks
+from shardlog.lake.declared import LOG_COLUMNS, LakeTableDeclaration, rejected_schema
+from shardlog.lake.exceptions import LakeConflictError
+from shardlog.lake.files import EVENT_RECORDS, s3_uri, write_rows
+from shardlog.lake.settings import LakeSettings
+from shardlog.segments import SegmentStore, check_segment
+from shardlog.spark.compaction import BatchPlan, chunk_records, chunks, plan_batches, remove_files
+from shardlog.spark.exceptions import CompactionError
+from shardlog.spark.io import ARROW_FILE_STATS, FILE_STATS_SCHEMA
+from shardlog.spark.jobs import JobArgs
+from shardlog.spark.payloads import DATA, ERROR_FIELD, ERROR_REASON, MATCHED, parse_payloads
+from shardlog.tables import Tables
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyiceberg.table import Table
+    from pyspark.sql import SparkSession
+
+TYPED, REJECTS = "typed", "rejected"  # the two tables' files
+SEEN, SKIPPED, FILTERED = "seen", "skipped", "filtered"  # a chunk's counts (no file)
+# The raw compaction's file stats, and a kind: which table's file, or a chunk's count.
+STATS_SCHEMA = f"kind string, {FILE_STATS_SCHEMA}"
+_ARROW_STATS = pa.schema([pa.field("kind", pa.string()), *ARROW_FILE_STATS])
+
+
+@dataclass
+class TypedReport:
+    """What one run did to one declared table and its dead-letter table."""
+
+    table: str
+    records: int = 0  # the batch: records read from the log
+    typed: int = 0
+    rejected: int = 0  # newly in the dead-letter table
+    filtered: int = 0  # not the table's (its record filter)
+    files: int = 0
+    snapshot_id: int | None = None
+    rejected_snapshot_id: int | None = None
+    conflicts: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TypedTables:
+    """A declared table's two Iceberg tables, where they live, and their shapes."""
+
+    declared: LakeTableDeclaration
+    typed: LakeSettings
+    rejected: LakeSettings
+
+    @classmethod
+    def beside(cls, raw: LakeSettings, declared: LakeTableDeclaration) -> TypedTables:
+        """Beside the raw table: same catalog, database and bucket."""
+        return cls(declared, raw.sibling(declared.name), raw.sibling(declared.rejected_name))
+
+    def open(self, *, create: bool = True) -> tuple[Table, Table]:
+        """The typed table and the dead-letter table, each checked to have its shape."""
+        return (
+            open_table(self.typed, create=create, schema=self.declared.typed_schema()),
+            open_table(self.rejected, create=create, schema=rejected_schema()),
+        )
+
+
+# --- 3. write (executors) ----------------------------------------------------------------
+@dataclass(frozen=True)
+class SegmentRecords:
+    """A task per chunk: its segments' records in the raw table's columns (the jobs'
+    ``RECORD_SCHEMA``), each segment checked to be the one planned (density)."""
+
+    config: ShardlogConfig
+
+    def __call__(self, tasks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        store = SegmentStore(self.config.clients(), self.config.bucket)
+        for batch in tasks:
+            for task in batch.to_pylist():
+                partition_id, bounds = task["partition_id"], task["bounds"]
+                for first_seq, next_seq in itertools.pairwise(bounds):
+                    segment = store.fetch(partition_id, first_seq)
+                    check_segment(segment, partition_id, first_seq, next_seq)
+                    yield EVENT_RECORDS.records(segment)
+
+
+@dataclass(frozen=True)
+class TypedWriter:
+    """A task's parsed records (``parse_payloads``) as the typed table's files and the
+    dead-letter table's (rejected rows below ``rejected_marks`` skipped: already there),
+    one per (partition, arrival day) each; emits their stats and the task's counts."""
+
+    config: ShardlogConfig
+    tables: TypedTables
+    rejected_marks: Mapping[str, int]
+    run_id: str
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        received = list(batches)
+        if not received:
+            return
+        rows = pa.Table.from_batches(received)
+        s3 = self.config.clients().s3
+        matched = pc.fill_null(rows.column(MATCHED), False)
+        fits = pc.is_null(rows.column(ERROR_FIELD))
+        refused = rows.filter(pc.and_(matched, pc.invert(fits)))
+        below = pc.less(refused.column("seq"), self._marks(refused))
+        stats = _counts(rows, SEEN) + _counts(rows.filter(pc.invert(matched)), FILTERED)
+        stats += _counts(refused.filter(below), SKIPPED)
+        typed = rows.filter(pc.and_(matched, fits))
+        schema = self.tables.declared.typed_schema()
+        for kind, settings, part, shape in (
+            (TYPED, self.tables.typed, typed.select(list(schema.names)), schema),
+            (
+                REJECTS,
+                self.tables.rejected,
+                _rejected_rows(refused.filter(pc.invert(below))),
+                rejected_schema(),
+            ),
+        ):
+            for f in write_rows(s3, settings, part, self.run_id, shape):
+                stats.append({"kind": kind, **f.stats()})
+        yield pa.RecordBatch.from_pylist(
+            [{k: s.get(k) for k in _ARROW_STATS.names} for s in stats], schema=_ARROW_STATS
+        )
+
+    def _marks(self, rows: pa.Table) -> pa.Array:
+        marks = [self.rejected_marks.get(p, 0) for p in rows.column("partition_id").to_pylist()]
+        return pa.array(marks, pa.int64())
+
+
+def _rejected_rows(rows: pa.Table) -> pa.Table:
+    """Rejected records in the dead-letter table's columns."""
+    columns = [rows.column(c) for c in LOG_COLUMNS]
+    columns += [rows.column(ERROR_FIELD), rows.column(ERROR_REASON), rows.column(DATA)]
+    return pa.Table.from_arrays(columns, names=list(rejected_schema().names))
+
+
+def _counts(rows: pa.Table, kind: str) -> list[dict[str, Any]]:
+    """Per partition: how many rows, and their lowest and highest seq."""
+    seqs: dict[str, list[int]] = defaultdict(list)
+    for pid, seq in zip(
+        rows.column("partition_id").to_pylist(), rows.column("seq").to_pylist(), strict=True
+    ):
+        seqs[pid].append(seq)
+    return [
+        {"kind": kind, "file_key": "", "partition_id": p, "records": len(s), "bytes": 0,
+         "first_seq": min(s), "last_seq": max(s)}
+        for p, s in sorted(seqs.items())
+    ]  # fmt: skip
+
+
+def write_typed(
+    spark: SparkSession,
+    args: JobArgs,
+    tables: TypedTables,
+    plans: Sequence[BatchPlan],
+    rejected_marks: Mapping[str, int],
+    run_id: str,
+) -> list[dict[str, Any]]:
+    """Step 3: one Spark job reads, parses and writes every chunk; the stats rows."""
+    from shardlog.spark.io import CHUNK_TASK_SCHEMA, RECORD_SCHEMA
+
+    tasks = chunks(plans, chunk_records(plans, spark.sparkContext.defaultParallelism))
+    if not tasks:
+        return []
+    task_df = spark.createDataFrame(
+        spark.sparkContext.parallelize(tasks, len(tasks)), CHUNK_TASK_SCHEMA
+    )
+    records = task_df.mapInArrow(SegmentRecords(args.config()), RECORD_SCHEMA)
+    parsed = parse_payloads(records, tables.declared)
+    writer = TypedWriter(args.config(), tables, dict(rejected_marks), run_id)
+    return [row.asDict() for row in parsed.mapInArrow(writer, STATS_SCHEMA).collect()]
+
+
+# --- 4. check ----------------------------------------------------------------------------
+def check_typed(plans: Sequence[BatchPlan], stats: Sequence[dict[str, Any]]) -> None:
+    """Commit nothing unless each batch was seen whole and every record it holds is
+    accounted for once: typed, rejected, skipped (already rejected) or not the table's."""
+    for plan in plans:
+        mine = [s for s in stats if s["partition_id"] == plan.partition_id]
+        total = {k: sum(s["records"] for s in mine if s["kind"] == k) for k in _KINDS}
+        seen = [s for s in mine if s["kind"] == SEEN]
+        span = (min((s["first_seq"] for s in seen), default=None),
+                max((s["last_seq"] for s in seen), default=None))  # fmt: skip
+        outside = [
+            s["file_key"] for s in mine if s["file_key"]
+            and not plan.start <= s["first_seq"] <= s["last_seq"] < plan.end
+        ]  # fmt: skip
+        accounted = total[TYPED] + total[REJECTS] + total[SKIPPED] + total[FILTERED]
+        whole = (total[SEEN], span) == (plan.records, (plan.start, plan.end - 1))
+        if not whole or outside or accounted != total[SEEN]:
+            raise CompactionError(
+                f"{plan.partition_id}: batch [{plan.start}, {plan.end}) saw {total[SEEN]} "
+                f"records over seqs {span}, accounted for {accounted} ({total}), files "
+                f"outside the batch: {outside}; nothing is committed"
+            )
+
+
+_KINDS = (SEEN, TYPED, REJECTS, SKIPPED, FILTERED)
+
+
+# --- 5, 6. commit ------------------------------------------------------------------------
+WriteTyped = Callable[[Sequence[BatchPlan], Mapping[str, int]], list[dict[str, Any]]]
+
+
+def run_typed(
+    clients: Clients, args: JobArgs, tables: TypedTables, run_id: str, write: WriteTyped
+) -> TypedReport:
+    """Steps 1 to 6 for one declared table; ``write`` is step 3 (``write_typed``)."""
+    report = TypedReport(table=tables.typed.table)
+    typed, rejected = tables.open()
+    partitions = Tables(clients, args.config().tables).list_partitions()
+    rejected_marks = table_watermarks(rejected)
+    plans = plan_batches(clients, args, table_watermarks(typed), partitions)
+    if not plans:
+        return report
+    stats = write(plans, rejected_marks)
+    check_typed(plans, stats)
+    typed_files = [s for s in stats if s["kind"] == TYPED]
+    rejected_files = [s for s in stats if s["kind"] == REJECTS]
+    report.records = sum(p.records for p in plans)
+    report.filtered = sum(s["records"] for s in stats if s["kind"] == FILTERED)
+    if rejected_files:
+        ranges = {
+            p.partition_id: (rejected_marks.get(p.partition_id, 0), p.end)
+            for p in plans
+            if any(f["partition_id"] == p.partition_id for f in rejected_files)
+        }
+        try:
+            committed = append(rejected, _batch(tables.rejected, ranges, rejected_files, run_id))
+        except LakeConflictError as exc:
+            report.conflicts.append(str(exc))
+            remove_files(clients, tables.rejected, rejected, rejected_files)
+            remove_files(clients, tables.typed, typed, typed_files)
+            return report
+        report.rejected_snapshot_id = committed.snapshot_id
+        report.rejected = sum(f["records"] for f in rejected_files)
+    ranges = {p.partition_id: (p.start, p.end) for p in plans}
+    try:
+        committed = append(typed, _batch(tables.typed, ranges, typed_files, run_id))
+    except LakeConflictError as exc:
+        report.conflicts.append(str(exc))
+        remove_files(clients, tables.typed, typed, typed_files)
+        return report
+    report.snapshot_id = committed.snapshot_id
+    report.typed = sum(f["records"] for f in typed_files)
+    report.files = len(typed_files) + len(rejected_files)
+    return report
+
+
+def _batch(
+    settings: LakeSettings,
+    ranges: Mapping[str, tuple[int, int]],
+    files: Sequence[dict[str, Any]],
+    run_id: str,
+) -> LakeAppend:
+    return LakeAppend(
+        ranges=ranges,
+        files=[s3_uri(settings.bucket, f["file_key"]) for f in files],
+        run_id=run_id,
+        watermarks_only=True,
+    )
+
+
+def publish_rejections(clients: Clients, reports: Sequence[TypedReport]) -> None:
+    """Each declared table's records newly refused into its dead-letter table, as one
+    CloudWatch metric per table (the stack alarms on it: docs/LAKE.md)."""
+    if not reports:
+        return
+    clients.client("cloudwatch").put_metric_data(
+        Namespace=C.METRICS_NAMESPACE,
+        MetricData=[
+            {
+                "MetricName": C.METRIC_LAKE_RECORDS_REJECTED,
+                "Dimensions": [{"Name": C.DIMENSION_LAKE_TABLE, "Value": report.table}],
+                "Value": report.rejected,
+                "Unit": "Count",
+            }
+            for report in reports
+        ],
+    )
+
+
+def compact_typed(
+    spark: SparkSession,
+    clients: Clients,
+    args: JobArgs,
+    declared: LakeTableDeclaration,
+    run_id: str,
+) -> TypedReport:
+    """One declared table's run, its executors' step through Spark."""
+    tables = TypedTables.beside(args.lake(), declared)
+    return run_typed(
+        clients,
+        args,
+        tables,
+        run_id,
+        lambda plans, marks: write_typed(spark, args, tables, plans, marks, run_id),
+    )
