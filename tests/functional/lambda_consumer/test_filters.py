@@ -5,9 +5,8 @@ their edge, and the group's EventCount / FilteredOutEventCount / DroppedEventCou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
