@@ -30,19 +30,21 @@ from typing import Any
 
 import click
 
+from shardlog.dal.partitions import TRANSACTIONAL_READ, TRANSACTIONAL_WRITE
+
 # --- the code's request budgets ------------------------------------------------------------------
 # Ingest, per batch of a shard: docs/ARCHITECTURE.md section 4 ("4 AWS requests per batch, plus
 # 1 per extra segment, whatever the batch size; 3 when the same warm Lambda container committed
-# the shard's previous batch": the TransactGetItems is skipped). Items: the lease and the
+# the shard's previous batch": the transactional read is skipped). Items: the lease and the
 # commit each touch the $ingest item (consumers); the state read and the commit each touch the
 # partition's item (partitions).
 INGEST_COLD = {
     "dynamodb:UpdateItem": 1,  # 1. the lease
-    "dynamodb:TransactGetItems": 1,  # 2. head + checkpoint (2 items, 2 RRU each)
+    f"dynamodb:{TRANSACTIONAL_READ}": 1,  # 2. head + checkpoint (2 items, 2 RRU each)
     "s3:PutObject": 1,  # 3. the segment
-    "dynamodb:TransactWriteItems": 1,  # 4. head + checkpoint (2 items, 2 WRU each)
+    f"dynamodb:{TRANSACTIONAL_WRITE}": 1,  # 4. head + checkpoint (2 items, 2 WRU each)
 }
-INGEST_WARM = {k: v for k, v in INGEST_COLD.items() if k != "dynamodb:TransactGetItems"}
+INGEST_WARM = {k: v for k, v in INGEST_COLD.items() if k != f"dynamodb:{TRANSACTIONAL_READ}"}
 # A Lambda group, per wake of one (group, partition) that delivers one commit's records:
 # shardlog/lambda_consumer/runner.py steps 1-5, delivery.py and feed.py.
 RUNNER_PER_WAKE = {
