@@ -48,10 +48,11 @@ INGEST_WARM = {k: v for k, v in INGEST_COLD.items() if k != f"dynamodb:{TRANSACT
 # A Lambda group, per wake of one (group, partition) that delivers one commit's records:
 # shardlog/lambda_consumer/runner.py steps 1-5, delivery.py and feed.py.
 RUNNER_PER_WAKE = {
+    # 0. the lease item's checkpoint against the head the wake names (delivered already?);
     # 1. the partition (ready?); 3. the retry state on the lease item (consumers table);
     # 4. the head before reading, and again when the buffer runs out (caught up);
-    # 5. the re-check after release. Four on the partition's item, one on the lease's.
-    "dynamodb:GetItem": 5,
+    # 5. the re-check after release. Four on the partition's item, two on the lease's.
+    "dynamodb:GetItem": 6,
     "dynamodb:UpdateItem": 3,  # 2. acquire; 4. checkpoint; 5. release
     # 4. the segment store: where the position's segment starts, then the segments from it
     # (shardlog/segments.py, segment_start and starts), and the commit's segment

@@ -174,7 +174,8 @@ DEFAULT_LAKE_TABLE: Final = "shardlog.events"  # <Glue database>.<table>
 ENV_LAKE_TABLE: Final = "SHARDLOG_LAKE_TABLE"
 # The declared typed tables (docs/LAKE.md), a JSON array: the Spark trigger's, on AWS.
 ENV_LAKE_TABLES: Final = "SHARDLOG_LAKE_TABLES"
-STATE_LAKE_TABLES: Final = "lakeTables"  # their key in the local state file
+LOCAL_STATE_LAKE_TABLES: Final = "lakeTables"  # their key in the local state file (not a
+# partition state: STATE_* names those, docs/TABLES.md)
 # Maintenance (`shardlog lake maintain`, the scheduled maintain job): snapshots older than the
 # retention expire; unreferenced files go once older than the grace, which must exceed a
 # compaction run (its files precede its commit; its EMR timeout is 2 h).

@@ -261,7 +261,7 @@ def local_up(
             partitions_table=base.partitions_table,
             consumers_table=base.consumers_table,
             region=base.region,
-            extra={C.STATE_LAKE_TABLES: lake_tables} if lake_tables else {},
+            extra={C.LOCAL_STATE_LAKE_TABLES: lake_tables} if lake_tables else {},
         ),
         port=port,
         shard_count=shards,

@@ -98,7 +98,8 @@ def request_bound(
         # queue (GetQueueUrl, GetQueueAttributes, ReceiveMessage)
         "group": 4 + partitions * (3 + lookback_lists(last)) + 1 + 1 + 3,
         # Scan, ListApplications, ListJobRuns; pyiceberg: Glue GetTable, the metadata file
-        "lake": 3 + 2,
+        # (a HEAD, then the GET: pyarrow's file system opens a file by its size first)
+        "lake": 3 + 3,
     }
     return reads[page]
 

@@ -169,7 +169,7 @@ def run_demo(
         expected[r.partition_key] += 1
     consumer = DemoLambdaConsumer()
     runtime = LocalRuntime(
-        ShardlogConfig(extra={C.STATE_LAKE_TABLES: DEMO_LAKE_TABLES}),
+        ShardlogConfig(extra={C.LOCAL_STATE_LAKE_TABLES: DEMO_LAKE_TABLES}),
         shard_count=shards,
         segment_max_records=segment_max_records,
         event_source=EventSourceSettings(batching_window_ms=250),

@@ -71,7 +71,7 @@ def spark_submit_parameters(deps_uri: str | None) -> str:
 
 def _declared_tables(config: ShardlogConfig) -> str:
     """The declared tables as JSON: the local state file's, else the environment's."""
-    saved = config.extra.get(C.STATE_LAKE_TABLES)
+    saved = config.extra.get(C.LOCAL_STATE_LAKE_TABLES)
     if saved:
         return json.dumps(saved, sort_keys=True)
     return os.environ.get(C.ENV_LAKE_TABLES, "")

@@ -34,7 +34,7 @@ def test_one_commit_costs_the_documented_budgets() -> None:
     two_groups = K.requests_per_commit(K.Workload(1, lambda_groups=2))
     wake = {k: two_groups[k] - one_group.get(k, 0) for k in two_groups}
     assert wake == {
-        "dynamodb:GetItem": 5,
+        "dynamodb:GetItem": 6,
         "dynamodb:UpdateItem": 3,
         "s3:ListObjectsV2": 2,
         "s3:GetObject": 1,
@@ -50,11 +50,11 @@ def test_two_shards_by_hand() -> None:
     """2 shards, 1,000 records/s each, 1 s window, one Lambda group, no workers."""
     demand = K.model(K.Workload(2, lambda_groups=1))
     r = demand.requests
-    # ingest: 2 commits/s x (lease, segment, commit); runner: 2 wakes/s x 5 GetItem, 3 UpdateItem
+    # ingest: 2 commits/s x (lease, segment, commit); runner: 2 wakes/s x 6 GetItem, 3 UpdateItem
     assert r["dynamodb:UpdateItem"] == 2 * 1 + 2 * 3
     assert r["dynamodb:TransactWriteItems"] == 2
     assert r["s3:PutObject"] == 2 and r["s3:GetObject"] == 2
-    assert r["dynamodb:GetItem"] == 2 * 5 and r["s3:ListObjectsV2"] == 2 * 2
+    assert r["dynamodb:GetItem"] == 2 * 6 and r["s3:ListObjectsV2"] == 2 * 2
     # The waker: 2 commits/s from one stream shard polled 4 times a second: 2 invocations of
     # 1 wake each, one SendMessageBatch each.
     assert r["sqs:SendMessageBatch"] == 2
