@@ -3,6 +3,7 @@ after one read, and any wake for a head past the checkpoint still delivers every
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from shardlog.clock import ManualClock
@@ -10,7 +11,7 @@ from shardlog.lambda_consumer.runner import Outcome, RunReport
 from shardlog.lambda_consumer.wake import Wake
 from tests.support.aws import AwsEnv
 from tests.support.factories import append, incoming_records
-from tests.support.lambda_consumers import Recorder, plenty_of_time, received, runner_for
+from tests.support.lambda_consumers import Recorder, plenty_of_time, runner_for
 
 P = "shardId-000000000000"
 
@@ -58,12 +59,22 @@ def test_a_wake_for_a_head_past_the_checkpoint_delivers_up_to_the_head_it_reads(
 def test_a_runner_that_wakes_itself_names_the_head_it_read(aws: AwsEnv, clock: ManualClock) -> None:
     append(aws, P, incoming_records(4, start=0))
     recorder = Recorder()
-    runner, wake_url = runner_for(aws, clock, recorder, batch_size=2)
+    runner, _wake_url = runner_for(aws, clock, recorder, batch_size=2)
+    sent: list[Wake] = []
+    send = runner.wakes.send
+
+    def recorded(wakes: Iterable[Wake]) -> int:
+        """The wakes as sent (their queue is read by the local runtime's event source)."""
+        batch = list(wakes)
+        sent.extend(batch)
+        return send(batch)
+
+    runner.wakes.send = recorded  # type: ignore[method-assign]
     time_left = iter([900_000])  # one batch's worth, then out of time
     report = runner.run(P, request_id="r1", remaining_ms=lambda: next(time_left, 0))
     assert report.outcome is Outcome.STOPPED and report.woke == [P]
     assert recorder.seqs(P) == [0, 1]
-    [wake] = [Wake.parse(body) for body in received(aws, wake_url)]
+    [wake] = [Wake.parse(w.body()) for w in sent]  # as its queue would carry it
     assert (wake.reason, wake.head) == ("rewake", 4)
     again = run(runner, "r2", head=wake.head)
     assert again.outcome is Outcome.CAUGHT_UP and recorder.seqs(P) == [0, 1, 2, 3]
