@@ -7,7 +7,7 @@ PYTHON ?= $(shell test -x /usr/bin/python3.11 && echo /usr/bin/python3.11 || ech
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS := local,dev,cdk,spark
+EXTRAS := local,dev,cdk,spark,duckdb
 
 .PHONY: install demo test lint format bench clean
 

@@ -36,6 +36,16 @@ def _time(_ctx: click.Context, param: click.Parameter, value: str | None) -> dat
     return when
 
 
+# Rows a lake command prints at most (held in memory).
+_LIMIT = click.option(
+    "--limit",
+    default=C.LAKE_QUERY_DEFAULT_LIMIT,
+    show_default=True,
+    type=click.IntRange(1, C.LAKE_QUERY_MAX_LIMIT),
+    help="Rows at most.",
+)
+
+
 @click.group("lake")
 def lake() -> None:
     """The lake table: the committed log as an Apache Iceberg table (docs/LAKE.md)."""
@@ -46,13 +56,7 @@ def lake() -> None:
 @click.option("--partition", "partitions", multiple=True, help="Partition id; repeatable.")
 @click.option("--since", callback=_time, help="Arrival time at or after (ISO 8601, with zone).")
 @click.option("--until", callback=_time, help="Arrival time before (ISO 8601, with zone).")
-@click.option(
-    "--limit",
-    default=C.LAKE_QUERY_DEFAULT_LIMIT,
-    show_default=True,
-    type=click.IntRange(1, C.LAKE_QUERY_MAX_LIMIT),
-    help="Rows at most.",
-)
+@_LIMIT
 @click.option(
     "--fresh",
     is_flag=True,
@@ -151,6 +155,67 @@ def _lake_table(config: ShardlogConfig, name: str | None) -> tuple[LakeSettings,
     declared = JobArgs.from_config(config).declared().table(name)
     schema = rejected_schema() if name == declared.rejected_name else declared.typed_schema()
     return raw.sibling(name), schema
+
+
+@lake.command("sql")
+@click.argument("statement")
+@_LIMIT
+@click.option("--endpoint-url", help="AWS endpoint; overrides the global option.")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines, one row each.")
+@click.pass_context
+def sql(
+    ctx: click.Context, statement: str, limit: int, endpoint_url: str | None, as_json: bool
+) -> None:
+    """Run STATEMENT with DuckDB over the lake's tables: `events`, each declared table and
+    its `<T>_rejected` (docs/LAKE.md, "SQL with DuckDB")."""
+    from shardlog.lake.exceptions import NoLakeTableError
+    from shardlog.lake.settings import LakeSettings
+    from shardlog.lake.sql import S3Access, connect, metadata_locations, run_sql
+    from shardlog.spark.jobs import JobArgs
+
+    config = _config(ctx)
+    if endpoint_url:
+        config = replace(config, endpoint_url=endpoint_url, extra={**config.extra, "lake": None})
+    # Errors are shardlog's own (ShardlogGroup prints them as one line, exit 2).
+    raw = LakeSettings.from_config(config)
+    declared = JobArgs.from_config(config).declared()
+    names = [n for t in declared.tables for n in (t.name, t.rejected_name)]
+    tables = metadata_locations([raw, *(raw.sibling(n) for n in names)])
+    if not tables:
+        raise NoLakeTableError(
+            f"no lake table yet ({raw.table}): run `shardlog spark run compact` first"
+        )
+    credentials = None if config.endpoint_url else config.clients().session.get_credentials()
+    with connect(tables, S3Access.of(raw, credentials)) as con:
+        result = run_sql(con, statement, limit)
+    from shardlog.lake.query import render_rows
+
+    rows = [{k: _json_value(v) for k, v in row.items()} for row in result.as_dicts()]
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, sort_keys=True))
+    else:
+        click.echo(render_rows(rows, result.columns))
+    if result.truncated:
+        click.echo(f"(only the first {limit} rows: --limit to see more)", err=True)
+
+
+def _json_value(value: object) -> object:
+    """DuckDB's Python values as `lake query --json` writes them: bytes in base64, decimals
+    exact as text, times in ISO 8601."""
+    import base64
+    from datetime import date, time
+    from decimal import Decimal
+
+    if value is None or isinstance(value, bool | int | float | str | list | dict):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    return str(value)
 
 
 @lake.command("maintain")

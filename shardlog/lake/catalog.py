@@ -71,6 +71,19 @@ def open_table(
         raise _unreachable(settings, exc) from exc
 
 
+def metadata_location(settings: LakeSettings) -> str | None:
+    """The table's current metadata file (what another engine reads the table from), or
+    None when the table does not exist yet."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return str(load_lake_catalog(settings).load_table(settings.table).metadata_location)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+    except _UNREACHABLE as exc:
+        raise _unreachable(settings, exc) from exc
+
+
 def _create(catalog: Catalog, settings: LakeSettings, schema: TableSchema) -> Table:
     from pyiceberg.exceptions import NoSuchNamespaceError
 

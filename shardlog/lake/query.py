@@ -11,6 +11,7 @@ when it ran, each once: below the watermark from the table, at or above it from 
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -262,10 +263,11 @@ def render_rows(rows: list[dict[str, Any]], columns: Sequence[str] = RAW_COLUMNS
 
 def _short(data_b64: str, width: int = 40) -> str:
     """The data as text when it is printable UTF-8, else its base64; cut at ``width``."""
-    raw = base64.b64decode(data_b64)
+    if not isinstance(data_b64, str):  # a SQL result's own `data` column (lake sql)
+        data_b64 = "" if data_b64 is None else str(data_b64)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
+        text = base64.b64decode(data_b64, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
         text = data_b64
     if not text.isprintable():
         text = data_b64
