@@ -26,6 +26,7 @@ sweep's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,10 +80,21 @@ def commit_wake(group: str, partition_id: str, head: int, state: str) -> Wake:
     return Wake(group, partition_id, COMMIT, f"{partition_id}:{head}:{state}", announced)
 
 
-def wake_queue_name(group: str) -> str:
-    """The FIFO queue of a group (80 characters at most, [A-Za-z0-9_-] and .fifo)."""
-    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in group)[:60]
-    return f"shardlog-wake-{safe}.fifo"
+def wake_queue_name(group: str, scope: str = "") -> str:
+    """The FIFO queue of a group (80 characters at most, [A-Za-z0-9_-] and .fifo).
+
+    ``scope`` (a deployment's stream name) adds a short digest of it, so two deployments
+    sharing one account and region (two local runtimes on one embedded AWS) never share a
+    queue: a shared queue would hand one deployment's wakes to the other's runner, and FIFO
+    deduplication would drop a wake whose id the other sent within five minutes."""
+    tag = f"-{scope_tag(scope)}" if scope else ""
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in group)[: 60 - len(tag)]
+    return f"shardlog-wake-{safe}{tag}.fifo"
+
+
+def scope_tag(scope: str) -> str:
+    """Eight hex digits naming a deployment in its resources' names."""
+    return hashlib.sha256(scope.encode()).hexdigest()[:8]
 
 
 class WakeSender:

@@ -28,7 +28,7 @@ from shardlog.config import ShardlogConfig
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ConfigurationError, ValidationError
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
-from shardlog.lambda_consumer.wake import wake_queue_name
+from shardlog.lambda_consumer.wake import scope_tag, wake_queue_name
 from shardlog.local import principals, request_log
 from shardlog.local.event_sources import DynamoDbStreamSource, SqsEventSource
 from shardlog.local.lambda_context import LocalInvoker
@@ -259,13 +259,15 @@ class LocalLambdaConsumers:
                 raise ConfigurationError(f"{group.settings.group}: {answer['Reason']}")
 
     def _create_queues(self, sqs: Any, group: str) -> None:
-        safe = _safe(group)
+        # Named per deployment too: runtimes sharing one embedded AWS never share a queue.
+        scope = self.config.stream_name
+        safe = f"{_safe(group)[:48]}-{scope_tag(scope)}"  # 80 characters at most
         dlq = sqs.create_queue(
             QueueName=f"shardlog-wake-dlq-{safe}.fifo", Attributes={"FifoQueue": "true"}
         )["QueueUrl"]
         self.wake_dlqs[group] = dlq
         self.wake_queues[group] = sqs.create_queue(
-            QueueName=wake_queue_name(group),
+            QueueName=wake_queue_name(group, scope),
             Attributes={
                 "FifoQueue": "true",
                 "DeduplicationScope": C.LAMBDA_CONSUMER_WAKE_DEDUPLICATION_SCOPE,

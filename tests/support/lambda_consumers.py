@@ -13,7 +13,7 @@ from shardlog.clock import Clock, ManualClock
 from shardlog.lambda_consumer.registration import register
 from shardlog.lambda_consumer.runner import Runner
 from shardlog.lambda_consumer.settings import LambdaConsumerSettings, RunnerSettings
-from shardlog.lambda_consumer.wake import WakeSender, wake_queue_name
+from shardlog.lambda_consumer.wake import WakeSender, scope_tag, wake_queue_name
 from shardlog.local.lambda_consumers import LocalLambdaConsumers
 from shardlog.local.lambda_context import LocalInvoker
 from tests.support.aws import AwsEnv
@@ -97,10 +97,12 @@ def runner_for(
     SQS on-failure queue; the function is called in-process. The group is registered first
     (as at deploy), unless ``register_group`` is false."""
     sqs = aws.clients.client("sqs")
-    wake_url = sqs.create_queue(QueueName=wake_queue_name(group), Attributes={"FifoQueue": "true"})[
-        "QueueUrl"
-    ]
-    failure_url = sqs.create_queue(QueueName=f"failures-{group}")["QueueUrl"]
+    # Queues of this test's deployment only: moto's state is shared by the tests of a process.
+    scope = aws.config.stream_name
+    wake_url = sqs.create_queue(
+        QueueName=wake_queue_name(group, scope), Attributes={"FifoQueue": "true"}
+    )["QueueUrl"]
+    failure_url = sqs.create_queue(QueueName=f"failures-{group}-{scope_tag(scope)}")["QueueUrl"]
     failure_arn = sqs.get_queue_attributes(QueueUrl=failure_url, AttributeNames=["QueueArn"])[
         "Attributes"
     ]["QueueArn"]

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardlog.lambda_consumer.wake import Wake, commit_wake, wake_queue_name, wakes_from_changes
+from shardlog.lambda_consumer.wake import (
+    Wake,
+    commit_wake,
+    scope_tag,
+    wake_queue_name,
+    wakes_from_changes,
+)
 
 
 def image(head: int | None, state: str = "OPEN", pid: str = "p") -> dict[str, Any]:
@@ -55,6 +61,14 @@ def test_queue_names_are_fifo_and_safe() -> None:
     assert wake_queue_name("billing") == "shardlog-wake-billing.fifo"
     name = wake_queue_name("team/billing.v2" + "x" * 100)
     assert name.endswith(".fifo") and len(name) <= 80 and "/" not in name
+
+
+def test_two_deployments_never_share_a_group_queue() -> None:
+    one, other = wake_queue_name("billing", "stream-a"), wake_queue_name("billing", "stream-b")
+    assert one != other and one.startswith("shardlog-wake-billing-") and one.endswith(".fifo")
+    assert wake_queue_name("billing", "stream-a") == one  # the same deployment: the same queue
+    long = wake_queue_name("team/billing.v2" + "x" * 100, "s" * 200)
+    assert len(long) <= 80 and long.endswith(f"-{scope_tag('s' * 200)}.fifo")
 
 
 def test_a_commit_wake_names_its_head_so_a_runner_past_it_can_skip_it() -> None:

@@ -3,15 +3,14 @@ after one read, and any wake for a head past the checkpoint still delivers every
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from shardlog.clock import ManualClock
 from shardlog.lambda_consumer.runner import Outcome, RunReport
 from shardlog.lambda_consumer.wake import Wake
-from tests.support.aws import AwsEnv
+from tests.support.aws import AwsEnv, make_env
 from tests.support.factories import append, incoming_records
-from tests.support.lambda_consumers import Recorder, plenty_of_time, runner_for
+from tests.support.lambda_consumers import Recorder, plenty_of_time, received, runner_for
 
 P = "shardId-000000000000"
 
@@ -59,22 +58,35 @@ def test_a_wake_for_a_head_past_the_checkpoint_delivers_up_to_the_head_it_reads(
 def test_a_runner_that_wakes_itself_names_the_head_it_read(aws: AwsEnv, clock: ManualClock) -> None:
     append(aws, P, incoming_records(4, start=0))
     recorder = Recorder()
-    runner, _wake_url = runner_for(aws, clock, recorder, batch_size=2)
-    sent: list[Wake] = []
-    send = runner.wakes.send
-
-    def recorded(wakes: Iterable[Wake]) -> int:
-        """The wakes as sent (their queue is read by the local runtime's event source)."""
-        batch = list(wakes)
-        sent.extend(batch)
-        return send(batch)
-
-    runner.wakes.send = recorded  # type: ignore[method-assign]
+    runner, wake_url = runner_for(aws, clock, recorder, batch_size=2)
     time_left = iter([900_000])  # one batch's worth, then out of time
     report = runner.run(P, request_id="r1", remaining_ms=lambda: next(time_left, 0))
     assert report.outcome is Outcome.STOPPED and report.woke == [P]
     assert recorder.seqs(P) == [0, 1]
-    [wake] = [Wake.parse(w.body()) for w in sent]  # as its queue would carry it
+    [wake] = [Wake.parse(body) for body in received(aws, wake_url)]
     assert (wake.reason, wake.head) == ("rewake", 4)
     again = run(runner, "r2", head=wake.head)
     assert again.outcome is Outcome.CAUGHT_UP and recorder.seqs(P) == [0, 1, 2, 3]
+
+
+def test_two_deployments_on_one_account_never_share_a_wake(aws: AwsEnv, clock: ManualClock) -> None:
+    """Same group name, same partition, same request id: each deployment's wake lands on its
+    own queue. (With one queue per group name, the second was the first's FIFO duplicate
+    and SQS dropped it silently: a full test run once found a runner's wake missing.)"""
+    other = make_env(aws.config.endpoint_url or "")
+    queues = []
+    for env in (aws, other):
+        append(env, P, incoming_records(4, start=0))
+        runner, wake_url = runner_for(env, clock, Recorder(), batch_size=2)
+        one_batch = iter([900_000])  # one batch's worth, then out of time
+
+        def remaining(batches: Any = one_batch) -> int:
+            return int(next(batches, 0))
+
+        assert runner.run(P, request_id="r1", remaining_ms=remaining).woke == [P]
+        queues.append(wake_url)
+    assert queues[0] != queues[1]
+    for wake_url in queues:
+        assert [(w.reason, w.head) for w in map(Wake.parse, received(aws, wake_url))] == [
+            ("rewake", 4)
+        ]
