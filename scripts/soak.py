@@ -31,6 +31,7 @@ import multiprocessing
 import os
 import queue
 import re
+import signal
 import sys
 import time
 import traceback
@@ -242,9 +243,24 @@ class Plan:
         return self.turns.get(name, self.chunk)
 
 
+def stop_on_signals(stop: Any) -> dict[str, str]:
+    """SIGTERM or SIGINT (Ctrl-C) asks the soak to stop: the processes finish the turn under
+    way and the report still comes, with the signal's name under ``stopped_by``."""
+    received: dict[str, str] = {}
+
+    def handle(signum: int, _frame: Any) -> None:
+        received["stopped_by"] = signal.Signals(signum).name
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handle)
+    return received
+
+
 def _soak_process(plan: Plan, events: Any, stop: Any) -> None:
     """One process: its own embedded AWS, the machines in turn until told to stop. A
     schedule that fails is a violation; the soak itself failing is an ``error``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the parent stops us
     try:
         _soak(plan, events, stop)
     except BaseException:
@@ -491,6 +507,7 @@ def main(
     ]
     for worker in workers:
         worker.start()
+    stopped = stop_on_signals(stop)
     totals = Totals()
     errors: list[str] = []
     running = processes
@@ -531,7 +548,9 @@ def main(
     if running:
         errors.append(f"{running} soak process(es) died without reporting")
     elapsed = time.monotonic() - started
-    report = totals.as_json(elapsed, processes, min_steps)
+    report = totals.as_json(elapsed, processes, min_steps) | {
+        "stopped_by": stopped.get("stopped_by")
+    }
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
@@ -547,6 +566,7 @@ def _print_report(report: dict[str, Any]) -> None:
         f"soak: {report['schedules']:,} schedules ({report['schedules_with_min_steps']:,} "
         f"with >= {report['min_steps']} steps), {report['steps']:,} steps in {minutes:.1f} min "
         f"on {report['processes']} processes"
+        + (f" (stopped early by {report['stopped_by']})" if report.get("stopped_by") else "")
     )
     full_minutes = report["schedules_with_min_steps_per_minute"][:-1]  # the last is partial
     if full_minutes:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
+import threading
 from pathlib import Path
 
 import click
@@ -25,6 +28,7 @@ from scripts.soak import (
     _parse_turns,
     _violation,
     save_regression,
+    stop_on_signals,
 )
 from tests.support.schedules import Tally
 
@@ -170,3 +174,17 @@ def test_each_schedule_reports_the_steps_it_ran_whatever_its_initialize_rules(
         _min_steps=9,
     )
     assert [steps for _kind, _name, steps in events] == [9, 9, 9]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_soak_and_names_itself_in_the_report(signum: signal.Signals) -> None:
+    stop = threading.Event()
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        received = stop_on_signals(stop)
+        assert not stop.is_set() and received == {}
+        os.kill(os.getpid(), signum)  # handled in the main thread before kill returns
+        assert stop.is_set() and received == {"stopped_by": signum.name}
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
