@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -74,7 +74,11 @@ class Phases:
 
 
 def write_log(
-    config: ShardlogConfig, records: int, segment_records: int, first_seq: int = 0
+    config: ShardlogConfig,
+    records: int,
+    segment_records: int,
+    first_seq: int = 0,
+    payload: Callable[[int], bytes] = lambda _i: b"x" * 100,
 ) -> None:
     """``records`` more committed records over two partitions, arrived over the two hours
     up to now (so the table's freshness after a run is a real age)."""
@@ -89,7 +93,7 @@ def write_log(
         batch = [
             IncomingRecord(
                 f"key-{i % 1000}",
-                b"x" * 100,
+                payload(first_seq + i),
                 str(SEQUENCE_BASE + p * 10**12 + first_seq + i),
                 start_ms + i * step_ms,
             )
@@ -222,12 +226,99 @@ def new_log(aws: EmbeddedAWS, name: str, records: int, segment_records: int) -> 
     return config
 
 
+# The declared table of the typed run: what an analyst asks of JSON orders.
+ORDERS = [
+    {
+        "name": "orders",
+        "schema": {
+            "type": "object",
+            "required": ["orderId"],
+            "properties": {
+                "orderId": {"type": "string"},
+                "country": {"type": "string"},
+                "amount": {"type": "number", "format": "decimal", "precision": 12, "scale": 2},
+                "n": {"type": "integer"},
+            },
+        },
+    }
+]
+COUNTRIES = ("DE", "FR", "NL", "PL", "SE", "US", "JP", "BR")
+TYPED_QUERY = "SELECT country, sum(amount) AS revenue, count(*) AS orders FROM orders GROUP BY 1"
+# The same question over the raw table, as an analyst without typed tables writes it.
+RAW_QUERY = """SELECT json_extract_string(decode(data), '$.country') AS country,
+       sum(CAST(json_extract(decode(data), '$.amount') AS DECIMAL(12, 2))) AS revenue,
+       count(*) AS orders
+FROM events GROUP BY 1"""
+
+
+def order(i: int) -> bytes:
+    """Record ``i``'s payload: a JSON order (about 90 bytes, like the raw run's 100)."""
+    return json.dumps(
+        {"orderId": f"o-{i}", "country": COUNTRIES[i % len(COUNTRIES)],
+         "amount": float(f"{i % 10_000}.{i % 100:02d}"), "n": i}
+    ).encode()  # fmt: skip
+
+
+def bench_typed(spark: Any, aws: EmbeddedAWS, records: int, segment_records: int) -> dict[str, Any]:
+    """Raw and typed compaction of the same JSON log in the same run (records/s, ratio),
+    then one question asked with DuckDB of the typed table and of ``events`` with
+    json_extract (seconds, ratio; the answers must agree)."""
+    from shardlog.lake.declared import parse_lake_tables
+    from shardlog.lake.sql import S3Access, connect, metadata_locations
+    from shardlog.spark.typed import compact_typed
+    from spark_jobs.compact import compact
+
+    config = common.named_log("bench-typed", aws.endpoint_url)
+    provision(config.clients(), config, shard_count=1)
+    write_log(config, records, segment_records, payload=order)
+    raw_args = replace(bench_args(config), max_records=10**9)  # no declared table: raw only
+    args = replace(raw_args, lake_tables=json.dumps(ORDERS))
+    declared = parse_lake_tables(ORDERS, "bench").tables[0]
+    started = time.perf_counter()
+    raw = compact(spark, raw_args)
+    raw_s = time.perf_counter() - started
+    started = time.perf_counter()
+    typed = compact_typed(spark, config.clients(), args, declared, "bench-typed-run0")
+    typed_s = time.perf_counter() - started
+    if raw.records != records or typed.typed != records:
+        raise SystemExit(f"raw {raw.records}, typed {typed.typed} of {records} records")
+    lake = args.lake()
+    tables = metadata_locations([lake, lake.sibling("orders")])
+    with connect(tables, S3Access.of(lake)) as con:
+        answers, seconds = {}, {}
+        for name, statement in (("typed", TYPED_QUERY), ("raw", RAW_QUERY)):
+            started = time.perf_counter()
+            answers[name] = sorted(con.execute(statement).fetchall())
+            seconds[name] = time.perf_counter() - started
+    if answers["typed"] != answers["raw"]:
+        raise SystemExit(f"the typed table answers {answers['typed'][:2]}..., events "
+                         f"{answers['raw'][:2]}...")  # fmt: skip
+    return {
+        "records": records,
+        "rawCompactionSeconds": round(raw_s, 2),
+        "typedCompactionSeconds": round(typed_s, 2),
+        "rawRecordsPerSecond": round(records / raw_s, 1),
+        "typedRecordsPerSecond": round(records / typed_s, 1),
+        "typedVsRaw": round(raw_s / typed_s, 2),
+        "query": TYPED_QUERY,
+        "typedQuerySeconds": round(seconds["typed"], 3),
+        "jsonExtractQuerySeconds": round(seconds["raw"], 3),
+        "jsonExtractOverTyped": round(seconds["raw"] / seconds["typed"], 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--segment-records", type=int, default=5_000)
     parser.add_argument(
         "--fresh-records", type=int, default=20_000, help="Uncompacted records for --fresh."
+    )
+    parser.add_argument(
+        "--typed-records",
+        type=int,
+        default=200_000,
+        help="JSON records compacted raw and typed in the same run (0: skip).",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -242,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = [bench_spark(spark, config)]
         freshness_s = table_freshness_s(config)
         rows.append(bench_baseline(config))
+        typed = (
+            bench_typed(spark, aws, args.typed_records, args.segment_records)
+            if args.typed_records
+            else None
+        )
         spark.stop()
         fresh = bench_fresh_query(config, args.fresh_records, args.segment_records)
     spark_row, baseline = rows
@@ -272,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         "tableCommitSeconds": spark_row.phases.get("commit"),
         "tableFreshnessSecondsAfterRun": round(freshness_s, 1),
         "freshQuery": fresh,
+        "typed": typed,
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -295,6 +392,17 @@ def main(argv: list[str] | None = None) -> int:
           f"({fresh['tableRows']} rows); --fresh over {fresh['uncompactedRecords']:,} "
           f"uncompacted records {fresh['freshSeconds']:.2f}s ({fresh['freshRows']} rows): "
           f"{fresh['freshOverPlain']}x")  # fmt: skip
+    if typed:
+        print(
+            f"typed compaction of {typed['records']:,} JSON records: "
+            f"{typed['typedRecordsPerSecond']:,.0f} records/s against raw "
+            f"{typed['rawRecordsPerSecond']:,.0f} in the same run: {typed['typedVsRaw']}x"
+        )
+        print(
+            f"DuckDB, revenue by country: typed table {typed['typedQuerySeconds']:.3f}s, "
+            f"json_extract over events {typed['jsonExtractQuerySeconds']:.3f}s "
+            f"({typed['jsonExtractOverTyped']}x)"
+        )
     return 0
 
 
