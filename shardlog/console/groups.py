@@ -4,6 +4,7 @@ lag trend and a Lambda group's on-failure batches (a peek that leaves them in th
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -18,9 +19,10 @@ from shardlog.console.queries import (
     metric_series,
 )
 from shardlog.console.source import Deployment
-from shardlog.dal.consumers import group_items
+from shardlog.dal.consumers import LaneProgress, group_items
 from shardlog.exceptions import NotFoundError
 from shardlog.status_rows import group_rows
+from shardlog.tables import from_ddb
 
 
 @dataclass(frozen=True)
@@ -101,25 +103,33 @@ def group(deployment: Deployment, clients: Clients, name: str, now_ms: int) -> G
 
 
 def retry_states(deployment: Deployment, clients: Clients, name: str) -> dict[str, dict[str, Any]]:
-    """Per partition, a Lambda group's batch being retried and a give-up not yet sent."""
+    """Per partition, a Lambda group's batches being retried and give-ups not yet sent."""
     states: dict[str, dict[str, Any]] = {}
     for item in group_items(clients, deployment.config.consumers_table, name):
         partition_id = item[C.ATTR_PARTITION_ID]["S"]
-        state = {
-            label: item[attr].get("N", item[attr].get("S"))
-            for label, attr in (
-                ("retryStartSeq", C.ATTR_RETRY_START),
-                ("retryEndSeq", C.ATTR_RETRY_END),
-                ("retryBatchSize", C.ATTR_RETRY_SIZE),
-                ("retryAttempts", C.ATTR_RETRY_ATTEMPTS),
-            )
-            if attr in item
-        }
-        if C.ATTR_PENDING_FAILURE in item:
-            state["pendingOnFailure"] = "yes"
+        state = retry_state(from_ddb(item))
         if state and not partition_id.startswith(C.GROUP_ITEM_PREFIX):
             states[partition_id] = state
     return states
+
+
+def retry_state(item: Mapping[str, Any]) -> dict[str, Any]:
+    """One lease item's retries and pending give-ups, lane by lane at a parallelization
+    factor above 1 (``lane K`` before each label), as the runner stored them."""
+    progress = LaneProgress.from_item(item)
+    state: dict[str, Any] = {}
+    for lane in sorted({*progress.retries, *progress.pending}):
+        prefix = f"lane {lane} " if progress.factor > 1 else ""
+        if (retry := progress.retries.get(lane)) is not None:
+            state |= {
+                f"{prefix}retryStartSeq": retry.start,
+                f"{prefix}retryEndSeq": retry.end,
+                f"{prefix}retryBatchSize": retry.size,
+                f"{prefix}retryAttempts": retry.attempts,
+            }
+        if lane in progress.pending:
+            state[f"{prefix}pendingOnFailure"] = "yes"
+    return state
 
 
 def _with_on_failure(
