@@ -16,6 +16,7 @@ import pytest
 
 from lambdas.spark_trigger.handler import create_handler
 from shardlog.dal.volume import BacklogCounter
+from shardlog.function_settings import SparkTriggerSettings
 from shardlog.lake.catalog import open_table
 from shardlog.lake.commit import table_watermarks
 from shardlog.local.emr_serverless import LOG_ROOT
@@ -157,6 +158,43 @@ def test_a_lost_start_answer_starts_no_second_run(blocking: Deployment) -> None:
     assert volume_client_token("compact", 1) != volume_client_token("compact", 2)
 
 
+def test_each_crossing_starts_its_own_run(blocking: Deployment) -> None:
+    first = [blocking.deliver(b) for b in blocking.commit(P0, THRESHOLD)]
+    blocking.release_all()
+    again = [blocking.deliver(b) for b in blocking.commit(P0, THRESHOLD, start=THRESHOLD)]
+    runs = [r["jobRunId"] for r in (*first, *again) if r["started"]]
+    assert len(runs) == len(set(runs)) == 2
+    assert sorted(r["id"] for r in blocking.compaction_runs()) == sorted(runs)
+    assert blocking.counter().read().crossing == 2
+
+
+def test_two_invocations_racing_through_one_crossing_start_one_run(
+    blocking: Deployment,
+) -> None:
+    """One invocation sees the crossing and, between its check for active runs and its
+    claim, another (the other shard's batch) sees it too, claims it and starts the run."""
+    first = blocking.commit(P0, 600)
+    second = blocking.commit(P1, 600)
+    blocking.deliver(first[0])
+    inner: list[dict[str, Any]] = []
+
+    def other_invocation(**_: Any) -> None:
+        if not inner:
+            inner.append({})  # once: the other invocation's own check comes through here
+            inner[0] = blocking.deliver(second[0])
+
+    blocking.emr.meta.events.register("after-call.emr-serverless.ListJobRuns", other_invocation)
+    try:
+        outer = blocking.deliver(second[0])
+    finally:
+        blocking.emr.meta.events.unregister(
+            "after-call.emr-serverless.ListJobRuns", other_invocation
+        )
+    assert inner[0]["reason"] == "claimed" and inner[0]["started"]
+    assert outer["reason"] == "claimed by another invocation" and not outer["started"]
+    assert [r["id"] for r in blocking.compaction_runs()] == [inner[0]["jobRunId"]]
+
+
 def test_the_run_a_crossing_starts_brings_the_lake_to_the_head(
     aws: AwsEnv, tmp_path: Path, clock: Any
 ) -> None:
@@ -177,3 +215,17 @@ def test_the_run_a_crossing_starts_brings_the_lake_to_the_head(
     heads = {p.partition_id: p.next_seq for p in partitions}
     lake = deployment.settings.job_args(aws.config.endpoint_url).lake()  # what the run used
     assert table_watermarks(open_table(lake)) == {P0: THRESHOLD - 300, P1: 300} == heads
+
+
+def test_a_stream_batch_with_compaction_by_volume_off_is_refused(aws: AwsEnv) -> None:
+    settings = SparkTriggerSettings(
+        application_id="00app",
+        execution_role_arn="arn:aws:iam::123456789012:role/spark",
+        spark_jobs_uri="s3://artifacts/spark_jobs/",
+        spark_deps_uri="s3://artifacts/spark_deps/deps.tar.gz",
+        bucket=aws.config.bucket,
+        tables=aws.config.tables,
+    )
+    handle = create_handler(settings, aws.clients)
+    with pytest.raises(ValueError, match="SHARDLOG_COMPACT_AFTER_RECORDS"):
+        handle({"Records": []}, LambdaContext("shardlog-spark-trigger"))
