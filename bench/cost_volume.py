@@ -4,11 +4,12 @@ freshness at 10, 100 and 1,000 records/s (one shard).
 - **hourly** (the stack's default): one run an hour, priced as bench/cost.py's compaction
   column (executors' work measured, plus EMR Serverless's one-minute minimum per run);
 - **volume**: the schedule still runs hourly, and a run also starts each time the backlog
-  counted since the last crossing reaches the threshold (shardlog/spark/volume.py). It adds
-  a run's minimum per crossing (1,000,000 / threshold crossings per million records; the
-  executors' work per record is the same) and the counter: the Spark trigger invoked per
-  stream batch, one UpdateItem per partition a batch moved, metered here on the embedded
-  AWS with one commit per ingest batch (each its own stream batch: the most invocations).
+  counted since the last crossing or scheduled run reaches the threshold
+  (shardlog/spark/volume.py). It adds a run's minimum per crossing (floor(rate x 1 h /
+  threshold) an hour; the executors' work per record is the same) and the counter: the
+  Spark trigger invoked per stream batch, one UpdateItem per partition a batch moved,
+  metered here on the embedded AWS with one commit per ingest batch (each its own stream
+  batch: the most invocations).
 
 Freshness is the lake's worst lag behind the log, run time apart: the interval between
 runs, min(1 h, threshold / rate).
@@ -16,6 +17,7 @@ runs, min(1 h, threshold / rate).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +123,11 @@ class VolumeRow:
         }
 
 
+def crossings_per_hour(rate: int, threshold: int) -> int:
+    """Crossings between two scheduled runs: each scheduled run resets the backlog."""
+    return math.floor(rate * SCHEDULE_S / threshold)
+
+
 def volume_row(rate: int, threshold: int, hourly: float, counted: M.Usage,
                prices: PriceTable) -> VolumeRow:  # fmt: skip
     counter_cost = sum(M.cost_per_million(counted, prices).values())
@@ -130,7 +137,10 @@ def volume_row(rate: int, threshold: int, hourly: float, counted: M.Usage,
         threshold=threshold,
         hourly=hourly,
         counter=counter_cost,
-        extra_runs=M.MILLION / threshold * run_minimum(prices),
+        extra_runs=crossings_per_hour(rate, threshold)
+        * run_minimum(prices)
+        * M.MILLION
+        / (rate * SCHEDULE_S),
         requests_per_batch=counted.count("dynamodb") / batches,
     )
 

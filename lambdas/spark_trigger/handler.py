@@ -8,7 +8,8 @@ The trigger starts nothing while a run of the job is active, and its clientToken
 from the schedule time, so a scheduler retry for the same time never starts a second run.
 A stream batch (``Records``) goes to ``VolumeTrigger.on_changes`` (shardlog/spark/volume.py:
 one run per threshold crossing); a failure raises, so the batch is delivered again, which
-counts nothing twice and resends a claimed start under the same clientToken.
+counts nothing twice and resends a claimed start under the same clientToken. A scheduled
+compaction run that starts resets the backlog (``scheduled_run_started``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from shardlog.aws import Clients
 from shardlog.clock import Clock
 from shardlog.dal.volume import BacklogCounter
 from shardlog.function_settings import SparkTriggerSettings
+from shardlog.spark.jobs import COMPACT
 from shardlog.spark.trigger import SparkTrigger
 from shardlog.spark.volume import VolumeTrigger
 
@@ -84,6 +86,8 @@ def create_handler(
         if result.started:
             metrics.add_metric(C.METRIC_SPARK_RUNS_STARTED, MetricUnit.Count, 1)
             logger.info("job run started", job_run_id=result.job_run_id)
+            if scheduled.job == COMPACT and volume.threshold.enabled:
+                volume.scheduled_run_started()  # the backlog counts from this run
         else:
             metrics.add_metric(C.METRIC_SPARK_RUNS_SKIPPED, MetricUnit.Count, 1)
             logger.info(

@@ -8,8 +8,8 @@ it is no partition's watermark; docs/TABLES.md). It holds:
   ``b:<partition>`` are the head and committed bytes counted so far, and a count is
   conditional on the head it starts from (``count``), so a stream batch delivered again
   adds nothing;
-- ``claimedRecords``, ``claimedBytes``: the sums at the last claim; the backlog is counted
-  minus claimed;
+- ``claimedRecords``, ``claimedBytes``: the sums at the last claim, or at the start of the
+  last scheduled run (``absorb``); the backlog is counted minus claimed;
 - ``crossing``: the number of the last claim. ``claim`` is conditional on the crossing it
   read, so of all the invocations that see one threshold crossing exactly one claims it;
 - ``startedCrossing``, ``lastRunId``: the last claim whose StartJobRun was answered
@@ -194,6 +194,20 @@ class BacklogCounter:
                 ":records": n(seen.counted_records),
                 ":bytes": n(seen.counted_bytes),
             },
+        }
+        written, _ = self._update(request)
+        return written
+
+    def absorb(self) -> bool:
+        """A scheduled run started: the backlog counts from here (claimed = counted), so the
+        schedule stays the maximum interval and a crossing's run never follows it for records
+        it took. False: nothing counted yet."""
+        request = {
+            "TableName": self.table_name,
+            "Key": self.key,
+            "UpdateExpression": "SET #clr = #cr, #clb = #cb",
+            "ConditionExpression": "attribute_exists(#cr)",
+            "ExpressionAttributeNames": {k: _NAMES[k] for k in ("#clr", "#clb", "#cr", "#cb")},
         }
         written, _ = self._update(request)
         return written

@@ -19,6 +19,10 @@ feeds the Spark trigger Lambda as well as the schedule. Protocol, per stream bat
 4. **Start** the claimed crossing's run (clientToken = SHA-256 of the run name and the
    crossing number), then confirm it on the item.
 
+5. **Absorb**: a scheduled compaction run that starts sets claimed = counted (``absorb``):
+   what it will compact is no backlog, so the schedule is the maximum interval and volume
+   adds runs only where a crossing comes sooner.
+
 The schedule stays as it was (the maximum interval between runs) and the jobs stay
 correct however runs overlap (every watermark write is fenced, docs/LAKE.md): the claim
 and the active check save runs, they do not guard data. Cost per batch: one UpdateItem per
@@ -154,6 +158,10 @@ class VolumeTrigger:
         if not self.counter.claim(backlog):
             return VolumeResult(CLAIMED_ELSEWHERE, backlog)
         return self.start(backlog, backlog.crossing + 1, CLAIMED)
+
+    def scheduled_run_started(self) -> None:
+        """Step 5: the backlog counts from the scheduled run's start."""
+        self.counter.absorb()
 
     def count(self, progress: Iterable[PartitionProgress]) -> Backlog | None:
         """Step 1: the counter after this batch (None: the batch moved no head)."""

@@ -105,6 +105,12 @@ def test_below_the_threshold_only_the_schedule_starts_a_run(blocking: Deployment
     scheduled = blocking.schedule(T1)
     assert scheduled["started"]
     assert [r["id"] for r in blocking.compaction_runs()] == [scheduled["jobRunId"]]
+    # The scheduled run takes the backlog: the threshold counts again from its start.
+    blocking.release_all()
+    after = [blocking.deliver(b) for b in blocking.commit(P0, THRESHOLD - 1, start=600)]
+    assert not any(r["started"] for r in after)
+    assert after[-1]["backlogRecords"] == THRESHOLD - 1
+    assert len(blocking.compaction_runs()) == 1
 
 
 def test_a_crossing_delivered_twice_and_by_two_partitions_starts_exactly_one_run(
