@@ -2,6 +2,8 @@
 (lambdas/spark_trigger) with the job and the schedule time; the Lambda starts a run only
 when none of that job is active, with a clientToken derived from the schedule time
 (docs/SPARK.md). A start that fails for good lands in the dead-letter queue (alarmed).
+With compaction by volume on, ``volume_source`` maps the partitions table's stream to the
+same trigger, which starts a compaction run per threshold crossing.
 
 Each builder makes its resources in the scope it is given (the Analytics construct), so
 their logical ids are those of the construct that composes them.

@@ -9,7 +9,9 @@ one schedule time.
 
 Two triggers of different schedule times racing past the check could both start a run;
 the jobs stay correct anyway (every watermark write is fenced), this only saves the cost.
-The trigger Lambda (lambdas/spark_trigger) and ``shardlog spark run`` both use this module.
+The trigger Lambda (lambdas/spark_trigger) and ``shardlog spark run`` both use this module;
+compaction by volume (shardlog/spark/volume.py) starts its runs with ``start`` under a
+token of its own, one per threshold crossing.
 """
 
 from __future__ import annotations
