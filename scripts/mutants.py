@@ -839,6 +839,15 @@ MUTATIONS = (
         ("tests/spark/test_volume_trigger.py",),
     ),
     Mutation(
+        "volume-count-resume",
+        "the backlog counter counting a partition's change from the head counted last when a "
+        "batch between was dropped",
+        "shardlog/dal/volume.py",
+        "            old_head, old_bytes = counted  # counted part of it: add the rest\n",
+        "            return Backlog.from_item(raw)\n",
+        ("tests/spark/test_volume_trigger.py",),
+    ),
+    Mutation(
         "volume-count-once",
         "the backlog counter adding a partition's commits once, from the head counted last",
         "shardlog/dal/volume.py",

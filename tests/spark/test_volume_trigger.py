@@ -201,6 +201,20 @@ def test_two_invocations_racing_through_one_crossing_start_one_run(
     assert [r["id"] for r in blocking.compaction_runs()] == [inner[0]["jobRunId"]]
 
 
+def test_a_dropped_batch_is_counted_with_the_partitions_next_change(
+    blocking: Deployment,
+) -> None:
+    """A batch the mapping gave up on (its retries exhausted) is not lost to the backlog:
+    the next change of that partition is counted from the head counted last."""
+    (first,) = blocking.commit(P0, 300)
+    blocking.commit(P0, 300, start=300)  # dropped: never delivered
+    (third,) = blocking.commit(P0, 300, start=600)
+    blocking.deliver(first)
+    result = blocking.deliver(third)
+    assert result["backlogRecords"] == 900
+    assert blocking.counter().read().counted_records == 900
+
+
 def test_the_run_a_crossing_starts_brings_the_lake_to_the_head(
     aws: AwsEnv, tmp_path: Path, clock: Any
 ) -> None:
