@@ -19,9 +19,13 @@ shardlog share against a target (default: Firehose's), the wait the window impli
 what an enhanced fan-out consumer adds; and storage per million records per month kept, as
 stored and compressed (--compression-ratio; default: the demo's JSON by zlib level 6).
 --dial-only measures just what the dial and storage need (a few seconds).
-Usage: python bench/cost.py [--quick] [--dial-only] [--chart PATH] [--json PATH]
-       [--dial-json PATH] [--aws-request-ms MS] [--target DOLLARS] [--retention-months N]
-       [--compression-ratio R]
+
+Then compaction by volume beside the hourly schedule (bench/cost_volume.py): $ per million
+records and the lake's worst lag at each rate (1 KiB records), for a threshold of
+--volume-threshold records; --volume-only measures just that (compaction and the counter).
+Usage: python bench/cost.py [--quick] [--dial-only] [--volume-only] [--chart PATH]
+       [--json PATH] [--dial-json PATH] [--volume-json PATH] [--volume-threshold N]
+       [--aws-request-ms MS] [--target DOLLARS] [--retention-months N] [--compression-ratio R]
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import common  # noqa: F401  first: the repository importable, Powertools quiet
 
 from bench import cost_dial as D
 from bench import cost_scenarios as S
+from bench import cost_volume as V
 from bench import costmodel as M
 from bench.cost_metering import Meter, metered
 from bench.cost_report import Row, chart, per_1000, print_table
@@ -136,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=None, help="$/million (default: Firehose)")
     parser.add_argument("--retention-months", type=int, default=12)
     parser.add_argument("--compression-ratio", type=float, default=None, help="compressed/stored")
+    parser.add_argument("--volume-only", action="store_true", help="only compaction by volume")
+    parser.add_argument("--volume-threshold", type=int, default=V.DEFAULT_THRESHOLD)
+    parser.add_argument("--volume-json", type=Path, default=None, help="the volume rows here")
     args = parser.parse_args(argv)
     args.batches = 3 if args.quick else 6
     args.segments = 3 if args.quick else 8
@@ -145,8 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     meter = Meter()
     undo = metered(meter)
     rows: list[Row] = []
+    dialled: object = None
+    volume: list[V.VolumeRow] = []
     try:
         with EmbeddedAWS() as aws:
+            if args.volume_only:
+                volume = volume_rows(aws.endpoint_url, args, meter, seconds, None)
+                return write_json(args.volume_json, [r.as_dict() for r in volume])
             for rate in () if args.dial_only else RATES:
                 for size in SIZES:
                     print(f"measuring {rate} records/s per shard, {size} B ...", file=sys.stderr,
@@ -157,13 +170,39 @@ def main(argv: list[str] | None = None) -> int:
                 report_rows(rows, args)
             print("measuring the dial: ingest at two batch sizes ...", file=sys.stderr, flush=True)
             dialled = dial(aws.endpoint_url, args, meter, US_EAST_1, rows)
+            if rows:
+                volume = volume_rows(aws.endpoint_url, args, meter, seconds, rows)
     finally:
         undo()
-    for path, payload in ((args.json, [r.as_dict() for r in rows]), (args.dial_json, dialled)):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(payload, indent=2) + "\n")
+    write_json(args.json, [r.as_dict() for r in rows])
+    write_json(args.dial_json, dialled)
+    return write_json(args.volume_json, [r.as_dict() for r in volume])
+
+
+def write_json(path: Path | None, payload: object) -> int:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2) + "\n")
     return 0
+
+
+def volume_rows(endpoint: str, args: argparse.Namespace, meter: Meter, seconds: int,
+                rows: list[Row] | None) -> list[V.VolumeRow]:  # fmt: skip
+    """Compaction by volume at each rate, 1 KiB records: the hourly compaction as measured
+    for the main table (or measured here), the trigger's counter metered."""
+    hourly = {r.rate: r.compaction for r in rows or () if r.size == DIAL_RECORD_BYTES}
+    out = []
+    for rate in RATES:
+        print(f"measuring compaction by volume at {rate} records/s ...", file=sys.stderr,
+              flush=True)  # fmt: skip
+        shape = S.Shape(rate, DIAL_RECORD_BYTES, seconds)
+        if rate not in hourly:
+            usage = S.compaction(endpoint, shape, meter, segments=args.segments)
+            hourly[rate] = sum(M.cost_per_million(usage, US_EAST_1).values())
+        counted = V.counter(endpoint, shape, meter, args.aws_request_ms, commits=args.segments * 3)
+        out.append(V.volume_row(rate, args.volume_threshold, hourly[rate], counted, US_EAST_1))
+    V.print_volume(out)
+    return out
 
 
 def report_rows(rows: list[Row], args: argparse.Namespace) -> None:

@@ -9,7 +9,10 @@ construct's scope (so the resources keep their logical ids):
   named queries;
 - the schedules (infra/spark_schedules.py): one EventBridge Scheduler schedule per job
   invokes the trigger Lambda (lambdas/spark_trigger), which starts a run only when none of
-  that job is active, with a clientToken derived from the schedule time (docs/SPARK.md).
+  that job is active, with a clientToken derived from the schedule time (docs/SPARK.md);
+  with compaction by volume on (``shardlog:compactAfterRecords``/``compactAfterBytes``),
+  the partitions table's stream feeds the same Lambda, which starts one compaction run per
+  threshold crossing.
 """
 
 from __future__ import annotations
@@ -109,6 +112,11 @@ class Analytics(Construct):
             self.stack_settings.log_retention_days,
         )
         self.grant_start_job_run(self.trigger.role)
+        self.volume_source = (
+            spark_schedules.volume_source(self, self.trigger, self.storage)
+            if self.settings.compaction_by_volume
+            else None
+        )
         self.schedule_group = spark_schedules.schedule_group(self)
         rates = {
             COMPACT: self.settings.compaction_rate_minutes,
@@ -134,12 +142,21 @@ class Analytics(Construct):
             bucket=self.storage.bucket.bucket_name,
             tables=self.storage.tables,
             compaction_max_records=self.settings.compaction_max_records,
+            **self._volume_environment(),
             **(
                 {"lake_tables": lake_catalog.lake_tables_json(self.lake_tables)}
                 if self.lake_tables.tables
                 else {}
             ),
         ).environment()
+
+    def _volume_environment(self) -> dict[str, int]:
+        """The thresholds set (none: compaction by volume is off, the variables unset)."""
+        thresholds = {
+            "compact_after_records": self.settings.compact_after_records,
+            "compact_after_bytes": self.settings.compact_after_bytes,
+        }
+        return {name: value for name, value in thresholds.items() if value is not None}
 
     @property
     def application_arn(self) -> str:

@@ -147,6 +147,14 @@ CTX_ANALYTICS_RATE_MINUTES: Final = "shardlog:analyticsRateMinutes"
 CTX_MAINTENANCE_RATE_MINUTES: Final = "shardlog:maintenanceRateMinutes"
 CTX_COMPACTION_MAX_RECORDS: Final = "shardlog:compactionMaxRecords"
 CTX_SPARK_ARCHIVE: Final = "shardlog:sparkArchive"  # path of `make spark-archive`'s output
+# Compaction by volume (docs/SPARK.md): the backlog that starts a run; unset: schedule only.
+CTX_COMPACT_AFTER_RECORDS: Final = "shardlog:compactAfterRecords"
+CTX_COMPACT_AFTER_BYTES: Final = "shardlog:compactAfterBytes"
+# The trigger's own mapping on the partitions table's stream: a batch that keeps failing is
+# dropped after these (its counts are recovered by the partition's next change, a claimed
+# start is resent by the next batch).
+VOLUME_BATCH_SIZE: Final = 100
+VOLUME_MAX_RETRY_ATTEMPTS: Final = 10
 DEFAULT_COMPACTION_RATE_MINUTES: Final = 60
 DEFAULT_ANALYTICS_RATE_MINUTES: Final = 360
 DEFAULT_MAINTENANCE_RATE_MINUTES: Final = 1440  # the lake table's maintenance, daily

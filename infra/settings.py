@@ -343,6 +343,13 @@ class AnalyticsSettings:
     maintenance_rate_minutes: int = IC.DEFAULT_MAINTENANCE_RATE_MINUTES
     compaction_max_records: int = C.DEFAULT_COMPACTION_MAX_RECORDS
     spark_archive: Path = REPO_ROOT / IC.DEFAULT_SPARK_ARCHIVE
+    # Compaction by volume: off (None) unless set; the trigger checks them again.
+    compact_after_records: int | None = None
+    compact_after_bytes: int | None = None
+
+    @property
+    def compaction_by_volume(self) -> bool:
+        return self.compact_after_records is not None or self.compact_after_bytes is not None
 
     @classmethod
     def from_context(cls, node: Node) -> AnalyticsSettings:
@@ -376,4 +383,10 @@ class AnalyticsSettings:
                 C.DEFAULT_COMPACTION_MAX_RECORDS,
             ),
             spark_archive=REPO_ROOT / str(archive),  # an absolute path stays itself
+            compact_after_records=context_setting(
+                node, IC.CTX_COMPACT_AFTER_RECORDS, S.CompactAfterRecords, None
+            ),
+            compact_after_bytes=context_setting(
+                node, IC.CTX_COMPACT_AFTER_BYTES, S.CompactAfterBytes, None
+            ),
         )

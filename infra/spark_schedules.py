@@ -2,6 +2,8 @@
 (lambdas/spark_trigger) with the job and the schedule time; the Lambda starts a run only
 when none of that job is active, with a clientToken derived from the schedule time
 (docs/SPARK.md). A start that fails for good lands in the dead-letter queue (alarmed).
+With compaction by volume on, ``volume_source`` maps the partitions table's stream to the
+same trigger, which starts a compaction run per threshold crossing.
 
 Each builder makes its resources in the scope it is given (the Analytics construct), so
 their logical ids are those of the construct that composes them.
@@ -21,12 +23,16 @@ from constructs import Construct
 
 from infra import constants as IC
 from infra.functions import FunctionSpec, QueueDestination, ShardlogFunction
-from infra.storage import failure_queue, name_in_key_policy
+from infra.lambda_consumers import KMS_DATA_ACTIONS, STREAM_READ_ACTIONS, after_role_policy
+from infra.storage import Storage, failure_queue, name_in_key_policy, own_items
+from shardlog import constants as C
 
 # Sending to the KMS-encrypted dead-letter queue (SQS makes a data key with the sender's rights).
 DLQ_SEND_ACTIONS = ["sqs:SendMessage"]
 DLQ_KMS_ACTIONS = ["kms:Decrypt", "kms:GenerateDataKey"]
 SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
+# Compaction by volume: count, claim and confirm on the $volume item (shardlog/dal/volume.py).
+VOLUME_COUNTER_ACTIONS = ["dynamodb:UpdateItem"]
 # EventBridge Scheduler puts the invocation's schedule time here (a context attribute).
 SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
 
@@ -149,3 +155,42 @@ def schedules(
         for job, minutes in rates.items()
     }
     return role, schedules
+
+
+def volume_source(
+    scope: Construct, trigger: ShardlogFunction, storage: Storage
+) -> lambda_.EventSourceMapping:
+    """Compaction by volume: the partitions table's stream feeds the trigger too, which
+    counts commits in the consumers table's ``$compaction``/``$volume`` item and starts a
+    compaction run per threshold crossing (shardlog/spark/volume.py). Its role gets the
+    stream, UpdateItem on the ``$compaction`` group's items only, and the tables' key."""
+    stream_arn = storage.partitions_table.table_stream_arn
+    assert stream_arn is not None  # the table has its stream (infra/storage.py)
+    statements = [
+        iam.PolicyStatement(actions=STREAM_READ_ACTIONS, resources=[stream_arn]),
+        iam.PolicyStatement(
+            actions=VOLUME_COUNTER_ACTIONS,
+            resources=[storage.consumers_table.table_arn],
+            conditions=own_items(C.COMPACTION_GROUP),
+        ),
+        iam.PolicyStatement(actions=KMS_DATA_ACTIONS, resources=[storage.key.key_arn]),
+    ]
+    for statement in statements:
+        trigger.role.add_to_principal_policy(statement)
+    name_in_key_policy(storage.key, trigger.role, KMS_DATA_ACTIONS, ["dynamodb"])
+    mapping = lambda_.EventSourceMapping(
+        scope,
+        "PartitionsStreamVolume",
+        target=trigger.function,
+        event_source_arn=stream_arn,
+        # What was committed before is the schedule's: the first run counts from now.
+        starting_position=lambda_.StartingPosition.LATEST,
+        batch_size=IC.VOLUME_BATCH_SIZE,
+        retry_attempts=IC.VOLUME_MAX_RETRY_ATTEMPTS,
+        filters=[
+            lambda_.FilterCriteria.filter({"eventName": lambda_.FilterRule.is_equal("MODIFY")}),
+            lambda_.FilterCriteria.filter({"eventName": lambda_.FilterRule.is_equal("INSERT")}),
+        ],
+    )
+    after_role_policy(mapping, trigger.role)
+    return mapping

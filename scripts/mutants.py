@@ -822,6 +822,39 @@ MUTATIONS = (
         "if not whole or outside:",
         ("tests/unit/test_typed_check.py", *TYPED_COMPACTION),
     ),
+    Mutation(
+        "volume-claim",
+        "compaction by volume claiming each threshold crossing before it starts a run",
+        "shardlog/spark/volume.py",
+        "        if not self.counter.claim(backlog):\n",
+        "        if False:\n",
+        ("tests/spark/test_volume_trigger.py",),
+    ),
+    Mutation(
+        "volume-token",
+        "compaction by volume starting a crossing's run under the crossing's own clientToken",
+        "shardlog/spark/volume.py",
+        'return hashlib.sha256(f"{run_name(job)}|volume|{crossing}".encode()).hexdigest()',
+        'return __import__("uuid").uuid4().hex',
+        ("tests/spark/test_volume_trigger.py",),
+    ),
+    Mutation(
+        "volume-count-resume",
+        "the backlog counter counting a partition's change from the head counted last when a "
+        "batch between was dropped",
+        "shardlog/dal/volume.py",
+        "            old_head, old_bytes = counted  # counted part of it: add the rest\n",
+        "            return Backlog.from_item(raw)\n",
+        ("tests/spark/test_volume_trigger.py",),
+    ),
+    Mutation(
+        "volume-count-once",
+        "the backlog counter adding a partition's commits once, from the head counted last",
+        "shardlog/dal/volume.py",
+        '"ConditionExpression": "attribute_not_exists(#h) OR #h = :old",',
+        '"ConditionExpression": "attribute_not_exists(#h) OR #h <= :new",',
+        ("tests/spark/test_volume_trigger.py",),
+    ),
 )
 
 

@@ -159,6 +159,9 @@ ENV_EMR_EXECUTION_ROLE_ARN: Final = "SHARDLOG_EMR_EXECUTION_ROLE_ARN"
 ENV_SPARK_JOBS_URI: Final = "SHARDLOG_SPARK_JOBS_URI"  # s3://<artifacts>/spark_jobs/
 ENV_SPARK_DEPS_URI: Final = "SHARDLOG_SPARK_DEPS_URI"  # the archive built by make
 ENV_COMPACTION_MAX_RECORDS: Final = "SHARDLOG_COMPACTION_MAX_RECORDS"
+# Compaction by volume (shardlog/spark/volume.py): the backlog that starts a run; unset: off.
+ENV_COMPACT_AFTER_RECORDS: Final = "SHARDLOG_COMPACT_AFTER_RECORDS"
+ENV_COMPACT_AFTER_BYTES: Final = "SHARDLOG_COMPACT_AFTER_BYTES"
 # emr-7.9.0 ships Spark 3.5.5; the local pyspark is pinned to the same minor (pyproject).
 EMR_RELEASE_LABEL: Final = "emr-7.9.0"
 COMPACTED_PREFIX: Final = "compacted/"

@@ -31,6 +31,8 @@ from shardlog.exceptions import ConfigurationError
 from shardlog.exceptions import ValidationError as ShardlogValidationError
 from shardlog.settings import (
     BucketName,
+    CompactAfterBytes,
+    CompactAfterRecords,
     CompactionMaxRecords,
     DedupeWindowS,
     LeaseDurationMs,
@@ -43,6 +45,7 @@ from shardlog.settings import (
 )
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.trigger import SparkTarget
+from shardlog.spark.volume import VolumeThreshold
 from shardlog.writer import WriterSettings
 
 TABLE_VARIABLES = {
@@ -237,6 +240,8 @@ class SparkTriggerSettings(FunctionSettings):
         "region": C.ENV_REGION,
         "compaction_max_records": C.ENV_COMPACTION_MAX_RECORDS,
         "lake_tables": C.ENV_LAKE_TABLES,
+        "compact_after_records": C.ENV_COMPACT_AFTER_RECORDS,
+        "compact_after_bytes": C.ENV_COMPACT_AFTER_BYTES,
     }
 
     application_id: str = Field(min_length=1, max_length=64)
@@ -252,6 +257,12 @@ class SparkTriggerSettings(FunctionSettings):
     compaction_max_records: CompactionMaxRecords = C.DEFAULT_COMPACTION_MAX_RECORDS
     # The declared typed lake tables, JSON (checked at synth; the job checks them again).
     lake_tables: str = ""
+    # Compaction by volume (the partitions table's stream): off unless one is set.
+    compact_after_records: CompactAfterRecords | None = None
+    compact_after_bytes: CompactAfterBytes | None = None
+
+    def volume_threshold(self) -> VolumeThreshold:
+        return VolumeThreshold(self.compact_after_records, self.compact_after_bytes)
 
     def target(self) -> SparkTarget:
         return SparkTarget(

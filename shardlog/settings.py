@@ -84,6 +84,18 @@ COMPACTION_MAX_RECORDS_MAX: Final = 1_000_000_000
 CompactionMaxRecords = Annotated[
     int, Field(ge=COMPACTION_MAX_RECORDS_MIN, le=COMPACTION_MAX_RECORDS_MAX)
 ]
+# The backlog that starts a compaction run (shardlog/spark/volume.py). A run costs EMR's
+# one-minute minimum and a Spark start whatever it compacts: below a thousand records or a
+# MiB a run per crossing would cost more than the freshness it buys. Up to the largest
+# compaction batch (records) and a TiB (bytes).
+COMPACT_AFTER_RECORDS_MIN: Final = 1_000
+COMPACT_AFTER_RECORDS_MAX: Final = COMPACTION_MAX_RECORDS_MAX
+CompactAfterRecords = Annotated[
+    int, Field(ge=COMPACT_AFTER_RECORDS_MIN, le=COMPACT_AFTER_RECORDS_MAX)
+]
+COMPACT_AFTER_BYTES_MIN: Final = 1 << 20
+COMPACT_AFTER_BYTES_MAX: Final = 1 << 40
+CompactAfterBytes = Annotated[int, Field(ge=COMPACT_AFTER_BYTES_MIN, le=COMPACT_AFTER_BYTES_MAX)]
 
 # --- resource names (the services' own limits) -----------------------------------------------
 StreamName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[a-zA-Z0-9_.-]+$")]

@@ -1,9 +1,15 @@
-"""EventBridge Scheduler -> this Lambda -> EMR Serverless StartJobRun, one job per schedule.
+"""EventBridge Scheduler -> this Lambda -> EMR Serverless StartJobRun, one job per schedule;
+and, with compaction by volume on, the partitions table's stream -> this Lambda -> a
+compaction run when the backlog passes the threshold.
 
 Thin on purpose: parse the scheduler's input (``{"job": ..., "scheduledTime":
 "<aws.scheduler.scheduled-time>"}``), call ``SparkTrigger.trigger``, return what it did.
 The trigger starts nothing while a run of the job is active, and its clientToken comes
 from the schedule time, so a scheduler retry for the same time never starts a second run.
+A stream batch (``Records``) goes to ``VolumeTrigger.on_changes`` (shardlog/spark/volume.py:
+one run per threshold crossing); a failure raises, so the batch is delivered again, which
+counts nothing twice and resends a claimed start under the same clientToken. A scheduled
+compaction run that starts resets the backlog (``scheduled_run_started``).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 from aws_lambda_powertools.utilities.parser import BaseModel, Field, parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -19,8 +26,11 @@ from lambdas.observability import instrumented, logger, metrics
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock
+from shardlog.dal.volume import BacklogCounter
 from shardlog.function_settings import SparkTriggerSettings
+from shardlog.spark.jobs import COMPACT
 from shardlog.spark.trigger import SparkTrigger
+from shardlog.spark.volume import VolumeTrigger
 
 
 class ScheduledJob(BaseModel):
@@ -44,14 +54,40 @@ def create_handler(
         settings.job_args(clients.endpoint_url),
         clock=clock,
     )
+    volume = VolumeTrigger(
+        trigger,
+        BacklogCounter(clients, settings.tables.consumers),
+        settings.volume_threshold(),
+    )
+
+    def on_stream(event: dict[str, Any]) -> dict[str, Any]:
+        if not volume.threshold.enabled:
+            raise ValueError(
+                "a partitions-table stream batch, but compaction by volume is off: set "
+                f"{C.ENV_COMPACT_AFTER_RECORDS} or {C.ENV_COMPACT_AFTER_BYTES}"
+            )
+        stream = DynamoDBStreamEvent(event)
+        changes = [
+            (r.dynamodb.old_image, r.dynamodb.new_image) if r.dynamodb else (None, None)
+            for r in stream.records
+        ]
+        result = volume.on_changes(changes)
+        if result.started:
+            metrics.add_metric(C.METRIC_SPARK_RUNS_STARTED, MetricUnit.Count, 1)
+        logger.info("compaction by volume", **result.as_dict())
+        return result.as_dict()
 
     def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        if "Records" in event:
+            return on_stream(event)
         scheduled = parse(event=event, model=ScheduledJob)
         logger.append_keys(job=scheduled.job, scheduled_time=scheduled.scheduled_time)
         result = trigger.trigger(scheduled.job, scheduled.scheduled_time)
         if result.started:
             metrics.add_metric(C.METRIC_SPARK_RUNS_STARTED, MetricUnit.Count, 1)
             logger.info("job run started", job_run_id=result.job_run_id)
+            if scheduled.job == COMPACT and volume.threshold.enabled:
+                volume.scheduled_run_started()  # the backlog counts from this run
         else:
             metrics.add_metric(C.METRIC_SPARK_RUNS_SKIPPED, MetricUnit.Count, 1)
             logger.info(

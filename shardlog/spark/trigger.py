@@ -9,7 +9,9 @@ one schedule time.
 
 Two triggers of different schedule times racing past the check could both start a run;
 the jobs stay correct anyway (every watermark write is fenced), this only saves the cost.
-The trigger Lambda (lambdas/spark_trigger) and ``shardlog spark run`` both use this module.
+The trigger Lambda (lambdas/spark_trigger) and ``shardlog spark run`` both use this module;
+compaction by volume (shardlog/spark/volume.py) starts its runs with ``start`` under a
+token of its own, one per threshold crossing.
 """
 
 from __future__ import annotations
@@ -93,9 +95,13 @@ class SparkTrigger:
 
     def start_request(self, job: str, scheduled_time: str | datetime) -> dict[str, Any]:
         """The StartJobRun request of a job for a schedule time (deterministic)."""
+        return self.request_with_token(job, client_token(job, scheduled_time))
+
+    def request_with_token(self, job: str, token: str) -> dict[str, Any]:
+        """The StartJobRun request of a job under ``token`` (its idempotency key)."""
         return {
             "applicationId": self.target.application_id,
-            "clientToken": client_token(job, scheduled_time),
+            "clientToken": token,
             "executionRoleArn": self.target.execution_role_arn,
             "name": run_name(job),
             "executionTimeoutMinutes": RUN_TIMEOUT_MINUTES[job],
@@ -123,6 +129,12 @@ class SparkTrigger:
             return TriggerResult(job, token, False, active_run_ids=tuple(r["id"] for r in active))
         response = self.emr.start_job_run(**self.start_request(job, scheduled_time))
         return TriggerResult(job, token, True, job_run_id=response["jobRunId"])
+
+    def start(self, job: str, token: str) -> str:
+        """StartJobRun under ``token``, whatever is active; the same token answers the same
+        run, so a resend after a lost answer never starts a second one. The run's id."""
+        response = self.emr.start_job_run(**self.request_with_token(job, token))
+        return str(response["jobRunId"])
 
     def job_run(self, job_run_id: str) -> dict[str, Any]:
         response = self.emr.get_job_run(

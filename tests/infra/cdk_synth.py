@@ -42,12 +42,18 @@ TEST_LAMBDA_CONSUMERS = [
 TEST_CONSUMER_GROUP = "analytics"
 
 
+# Compaction by volume's threshold in the test stack (the IAM workload stays below it).
+TEST_COMPACT_AFTER_RECORDS = 1_000
+
+
 def cdk_context(**overrides: Any) -> dict[str, Any]:
     context: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
     context[STRICT_VALIDATION_FLAG] = False
     context[IC.CTX_ALARM_EMAIL] = TEST_ALARM_EMAIL
     context[IC.CTX_LAMBDA_CONSUMERS] = TEST_LAMBDA_CONSUMERS
     context[IC.CTX_CONSUMER_GROUPS] = [TEST_CONSUMER_GROUP]
+    # Off by default; on in the test stack, so the IAM replay holds its calls to the template.
+    context[IC.CTX_COMPACT_AFTER_RECORDS] = TEST_COMPACT_AFTER_RECORDS
     context.update(overrides)
     return context
 

@@ -99,7 +99,14 @@ def with_scripts(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     return synthesize(
         tmp_path_factory.mktemp("cdk.out"),
         job_scripts_dir=scripts,
-        context=cdk_context(**{IC.CTX_SPARK_ARCHIVE: str(missing)}),
+        # Compaction by volume on here (off in every other synth: the default).
+        context=cdk_context(
+            **{
+                IC.CTX_SPARK_ARCHIVE: str(missing),
+                IC.CTX_COMPACT_AFTER_RECORDS: "50000",
+                IC.CTX_COMPACT_AFTER_BYTES: str(64 << 20),
+            }
+        ),
     )
 
 
@@ -155,7 +162,10 @@ def with_archive(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         tar.add(REPO_ROOT / "shardlog" / "format.py", arcname="shardlog/format.py")
     return synthesize(
         tmp_path_factory.mktemp("cdk.out"),
-        context=cdk_context(**{IC.CTX_SPARK_ARCHIVE: str(archive)}),
+        # Compaction by volume left at its default (off), unlike the test stack's.
+        context=cdk_context(
+            **{IC.CTX_SPARK_ARCHIVE: str(archive), IC.CTX_COMPACT_AFTER_RECORDS: None}
+        ),
     )
 
 
@@ -447,3 +457,46 @@ def test_the_lake_database_and_an_encrypted_enforced_athena_workgroup(
     assert {q["Properties"]["Database"] for q in queries} == {"shardlog"}
     assert len(queries) == 2
     assert all('"shardlog"."events' in q["Properties"]["QueryString"] for q in queries)
+
+
+# --- compaction by volume ---------------------------------------------------------------------
+def _trigger_mappings(synth: Synthesized) -> list[dict[str, Any]]:
+    trigger_ref = {"Ref": synth.logical_id(synth.stack.analytics.trigger.function)}
+    return [
+        m["Properties"]
+        for m in synth.resources("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["FunctionName"] == trigger_ref
+    ]
+
+
+def test_compaction_by_volume_is_off_by_default(with_archive: Synthesized) -> None:
+    analytics = with_archive.stack.analytics
+    assert analytics.volume_source is None and _trigger_mappings(with_archive) == []
+    env = _trigger_env(with_archive)
+    assert C.ENV_COMPACT_AFTER_RECORDS not in env and C.ENV_COMPACT_AFTER_BYTES not in env
+    assert "dynamodb:UpdateItem" not in _grants(with_archive, analytics.trigger.role)
+
+
+def test_compaction_by_volume_feeds_the_partitions_stream_to_the_trigger(
+    with_scripts: Synthesized,
+) -> None:
+    storage = with_scripts.stack.storage
+    (mapping,) = _trigger_mappings(with_scripts)
+    partitions_id = with_scripts.logical_id(storage.partitions_table)
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": [partitions_id, "StreamArn"]}
+    assert mapping["StartingPosition"] == "LATEST"
+    assert mapping["MaximumRetryAttempts"] == IC.VOLUME_MAX_RETRY_ATTEMPTS
+    env = _trigger_env(with_scripts)
+    assert env[C.ENV_COMPACT_AFTER_RECORDS] == "50000"
+    assert env[C.ENV_COMPACT_AFTER_BYTES] == str(64 << 20)
+    # The counter: UpdateItem on the $compaction group's items of the consumers table only.
+    statements = _policy_statements(with_scripts, with_scripts.stack.analytics.trigger.role)
+    (update,) = [s for s in statements if "dynamodb:UpdateItem" in _listed(s["Action"])]
+    assert _listed(update["Action"]) == ["dynamodb:UpdateItem"]
+    assert update["Resource"] == {
+        "Fn::GetAtt": [with_scripts.logical_id(storage.consumers_table), "Arn"]
+    }
+    leading = update["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
+    assert leading == [C.COMPACTION_GROUP]
+    granted = _grants(with_scripts, with_scripts.stack.analytics.trigger.role)
+    assert "dynamodb:GetRecords" in granted and "dynamodb:PutItem" not in granted

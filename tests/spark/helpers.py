@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from shardlog.clock import SystemClock
+from shardlog.function_settings import SparkTriggerSettings
 from shardlog.lake.catalog import open_table
 from shardlog.lake.files import DATA_DIR
 from shardlog.lake.settings import LakeSettings
+from shardlog.local.spark import provision_spark
 from shardlog.reader import LogReader
 from tests.support.aws import AwsEnv
 
@@ -32,6 +35,29 @@ while not pathlib.Path("release").exists() and time.monotonic() < deadline:
 """
 
 Row = tuple[str, int, str, bytes, str, int]
+
+
+def provision_trigger(
+    aws: AwsEnv, prefix: str, scripts_dir: Path | None, **settings: Any
+) -> SparkTriggerSettings:
+    """An EMR Serverless application of its own running ``scripts_dir`` (None: the real
+    spark_jobs/), and the Spark trigger's settings for it and the test's resources."""
+    suffix = uuid.uuid4().hex[:8]
+    target = provision_spark(
+        aws.clients,
+        application_name=f"{prefix}-{suffix}",
+        artifacts_bucket=f"artifacts-{suffix}",
+        scripts_dir=scripts_dir,
+    )
+    return SparkTriggerSettings(
+        application_id=target.application_id,
+        execution_role_arn=target.execution_role_arn,
+        spark_jobs_uri=target.scripts_uri,
+        spark_deps_uri=f"s3://artifacts-{suffix}/spark_deps/spark_jobs_deps.tar.gz",
+        bucket=aws.config.bucket,
+        tables=aws.config.tables,
+        **settings,
+    )
 
 
 def wait_state(

@@ -7,7 +7,6 @@ run is RUNNING for exactly as long as the test needs.
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,9 @@ from shardlog.exceptions import ConfigurationError
 from shardlog.function_settings import SparkTriggerSettings
 from shardlog.local.emr_serverless import LOG_ROOT
 from shardlog.local.lambda_context import LambdaContext
-from shardlog.local.spark import provision_spark
 from shardlog.spark.jobs import DEPS_ALIAS, EMR_PYTHON
 from shardlog.spark.trigger import TERMINAL_STATES, client_token
-from tests.spark.helpers import BLOCKING_JOB, wait_state
+from tests.spark.helpers import BLOCKING_JOB, provision_trigger, wait_state
 from tests.support.aws import AwsEnv
 
 T1, T2 = "2024-05-01T10:00:00Z", "2024-05-01T11:00:00Z"
@@ -48,22 +46,7 @@ def test_settings_name_what_is_missing() -> None:
 def handler_env(aws: AwsEnv, tmp_path: Path) -> tuple[Any, Any, SparkTriggerSettings]:
     (tmp_path / "compact.py").write_text(BLOCKING_JOB)
     (tmp_path / "analytics.py").write_text(BLOCKING_JOB)
-    suffix = uuid.uuid4().hex[:8]
-    target = provision_spark(
-        aws.clients,
-        application_name=f"trigger-{suffix}",
-        artifacts_bucket=f"artifacts-{suffix}",
-        scripts_dir=tmp_path,
-    )
-    settings = SparkTriggerSettings(
-        application_id=target.application_id,
-        execution_role_arn=target.execution_role_arn,
-        spark_jobs_uri=target.scripts_uri,
-        spark_deps_uri=f"s3://artifacts-{suffix}/spark_deps/spark_jobs_deps.tar.gz",
-        bucket=aws.config.bucket,
-        tables=aws.config.tables,
-        compaction_max_records=5000,
-    )
+    settings = provision_trigger(aws, "trigger", tmp_path, compaction_max_records=5000)
     handle = create_handler(settings, aws.clients)
     return handle, aws.clients.client("emr-serverless"), settings
 

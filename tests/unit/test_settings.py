@@ -104,6 +104,20 @@ SHARED = [
         C.ENV_COMPACTION_MAX_RECORDS,
     ),
     (IC.CTX_SEGMENT_COMPRESSION, _stack, IngestSettings, INGEST_ENV, C.ENV_SEGMENT_COMPRESSION),
+    (
+        IC.CTX_COMPACT_AFTER_RECORDS,
+        _analytics,
+        SparkTriggerSettings,
+        TRIGGER_ENV,
+        C.ENV_COMPACT_AFTER_RECORDS,
+    ),
+    (
+        IC.CTX_COMPACT_AFTER_BYTES,
+        _analytics,
+        SparkTriggerSettings,
+        TRIGGER_ENV,
+        C.ENV_COMPACT_AFTER_BYTES,
+    ),
 ]
 BAD_VALUES = {
     IC.CTX_LEASE_DURATION_MS: ["999", "3600001"],
@@ -115,6 +129,8 @@ BAD_VALUES = {
     IC.CTX_STREAM_NAME: ["a b", "s" * 129],
     IC.CTX_COMPACTION_MAX_RECORDS: ["999", "1000000001"],
     IC.CTX_SEGMENT_COMPRESSION: ["zstd", "ZLIB", "gzip"],
+    IC.CTX_COMPACT_AFTER_RECORDS: ["999", "1000000001", "0"],
+    IC.CTX_COMPACT_AFTER_BYTES: [str((1 << 20) - 1), str((1 << 40) + 1)],
 }
 
 
@@ -143,6 +159,10 @@ def test_stack_and_handler_refuse_the_same_value(
         (*SHARED[7], "1000"),
         (*SHARED[8], "none"),
         (*SHARED[8], "zlib"),
+        (*SHARED[9], "1000"),
+        (*SHARED[9], "1000000000"),
+        (*SHARED[10], str(1 << 20)),
+        (*SHARED[10], str(1 << 40)),
     ],
 )
 def test_stack_and_handler_accept_the_same_edge(

@@ -93,6 +93,13 @@ NEEDED_BY_AWS: tuple[Grant, ...] = (
         "role's permissions for a stream source)",
     ),
     Grant(
+        TRIGGER,
+        "dynamodb:ListStreams",
+        "*",
+        "Lambda's DynamoDB stream event source mapping of compaction by volume (AWS lists it "
+        "among the execution role's permissions for a stream source)",
+    ),
+    Grant(
         "emr-serverless-job",
         "s3:PutObject",
         "*/emr-logs/*",

@@ -14,7 +14,9 @@ On the local runtime, with every function signing as itself (``shardlog.local.pr
 - the Spark trigger handler, invoked as EventBridge Scheduler would (the scheduler's Invoke
   is recorded as the request it stands for), starts compaction, then analytics and
   maintenance, on the local EMR Serverless: real spark-submit runs signing as the execution
-  role, driver and executors.
+  role, driver and executors; with compaction by volume on (as the test stack has it), it
+  also reads the partitions table's stream from before the first record and counts every
+  commit in the backlog counter.
 
 ``LocalNames`` keeps the physical names the embedded AWS used, to bind the template to them.
 """
@@ -47,6 +49,7 @@ from shardlog.records import ProducerRecord
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.trigger import SparkTarget, SparkTrigger
 from shardlog.tables import Tables
+from tests.infra.cdk_synth import TEST_COMPACT_AFTER_RECORDS
 from tests.support.runtime import e2e_runtime
 
 POISON = b"poison"
@@ -112,15 +115,47 @@ def run_workload(
     runtime = e2e_runtime("iam", lambda_consumers=lambda_groups(lambda_consumers))
     runtime.event_source = EventSourceSettings(batch_size=25, batching_window_ms=0)
     with runtime:
+        volume = _VolumeFeed(runtime)
         _create_destination_topics(runtime, lambda_consumers)
         _produce(runtime)
         _wait_ingested(runtime)
         _consume_with_workers(runtime, consumer_group)
         _wait_lambda_consumers(runtime)
         runtime.lambda_consumers.sweep()  # type: ignore[union-attr]
-        _run_spark(runtime, trigger_arn, names)
+        _run_spark(runtime, trigger_arn, names, volume)
         _names(runtime, names)
     return names
+
+
+class _VolumeFeed:
+    """The trigger's own mapping on the partitions table's stream, opened before the first
+    commit and drained once the trigger exists (the workload stays below the threshold: the
+    runs it would start are the schedule's, recorded below)."""
+
+    def __init__(self, runtime: Any) -> None:
+        from lambdas.spark_trigger.handler import create_handler
+        from shardlog.local.event_sources import DynamoDbStreamSource
+
+        self.handler: Any = None
+        clients = runtime.config.clients(principals.function(create_handler.__module__))
+        table = runtime.clients.dynamodb.describe_table(TableName=runtime.config.partitions_table)
+        self.source = DynamoDbStreamSource(
+            clients,
+            table["Table"]["LatestStreamArn"],
+            lambda event, context: self.handler(event, context),
+            function_name="shardlog-spark-trigger",
+        ).start()
+
+    def drain(self, handler: Any) -> int:
+        self.handler, delivered = handler, 0
+        for _ in range(1_000):  # bounded: each step delivers a batch or ends the loop
+            step = self.source.poll_once()
+            if step == 0 and self.source.failures == 0:
+                return delivered
+            if self.source.failures:
+                raise AssertionError("the Spark trigger failed a partitions-stream batch")
+            delivered += step
+        raise AssertionError("the partitions stream never ran dry")
 
 
 def _create_destination_topics(runtime: Any, specs: list[dict[str, Any]]) -> None:
@@ -216,7 +251,7 @@ def _runners_idle(runtime: Any) -> bool:
     return all(_at_the_head(tables, g.settings.group) for g in runtime.lambda_consumers.groups)
 
 
-def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames) -> None:
+def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames, volume: _VolumeFeed) -> None:
     """The trigger handler starts each job as its schedule would; compaction first."""
     from lambdas.spark_trigger.handler import create_handler
     from shardlog.function_settings import SparkTriggerSettings
@@ -230,10 +265,12 @@ def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames) -> None:
         spark_deps_uri=f"{target.scripts_uri}deps.tar.gz",
         bucket=runtime.config.bucket,
         tables=runtime.config.tables,
+        compact_after_records=TEST_COMPACT_AFTER_RECORDS,
     )
     trigger = create_handler(
         settings, runtime.config.clients(principals.function(create_handler.__module__))
     )
+    assert volume.drain(trigger) > 0
     names.application_id = target.application_id
     names.execution_role = target.execution_role_arn.rsplit("/", 1)[1]
     names.artifacts_bucket = target.scripts_uri.removeprefix("s3://").split("/", 1)[0]
