@@ -11,24 +11,26 @@ import pytest
 from shardlog.clock import ManualClock, SystemClock
 from shardlog.consumer.cursor import PartitionCursor
 from shardlog.dal.consumers import WatermarkItems
-from shardlog.dal.partitions import PartitionsTable
 from shardlog.exceptions import CorruptLogError, TrimmedError
 from shardlog.local.lifecycle import expire_now
 from shardlog.reader import LogReader
 from shardlog.retention import DAY_MS, RetentionPolicy, Trimmer, expiry_rule
-from shardlog.segments import SegmentStore, segment_key
+from shardlog.segments import segment_key
 from shardlog.tables import Tables
-from tests.functional.ingest.test_segment_store import put_segments
 from tests.support.aws import AwsEnv
+from tests.support.factories import append, incoming_records
 
 P = "shardId-000000000000"
 WEEK = RetentionPolicy(days=7)
 
 
 def write_log(aws: AwsEnv, sizes: list[int], partition_id: str = P) -> list[int]:
-    """Consecutive committed segments of these sizes from seq 0; their first seqs."""
-    starts = put_segments(SegmentStore(aws.clients, aws.config.bucket), sizes, partition_id)
-    PartitionsTable(aws.clients, aws.config.tables).set_head(partition_id, sum(sizes))
+    """Consecutive segments of these sizes from seq 0, each committed by the write path."""
+    starts, seq = [], 0
+    for size in sizes:
+        append(aws, partition_id, incoming_records(size, start=seq), segment_max_records=size)
+        starts.append(seq)
+        seq += size
     return starts
 
 
