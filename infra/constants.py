@@ -27,6 +27,9 @@ CTX_DEDUPE_WINDOW_S: Final = "shardlog:dedupeWindowSeconds"
 CTX_API_RATE_LIMIT: Final = "shardlog:apiRateLimit"
 CTX_API_BURST_LIMIT: Final = "shardlog:apiBurstLimit"
 CTX_LOG_RETENTION_DAYS: Final = "shardlog:logRetentionDays"
+# Record retention (shardlog/retention.py): unset keeps the log forever. Not the Lambda log
+# groups' retention above.
+CTX_RECORD_RETENTION_DAYS: Final = "shardlog:recordRetentionDays"
 CTX_ALARM_EMAIL: Final = "shardlog:alarmEmail"
 # Synth refuses a stack whose alarms reach no one, unless this says so on purpose.
 CTX_NO_ALARM_SUBSCRIBER: Final = "shardlog:noAlarmSubscriber"
