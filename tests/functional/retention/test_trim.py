@@ -11,6 +11,7 @@ import pytest
 from shardlog.clock import ManualClock, SystemClock
 from shardlog.consumer.cursor import PartitionCursor
 from shardlog.dal.consumers import WatermarkItems
+from shardlog.dal.partitions import PartitionsTable
 from shardlog.exceptions import CorruptLogError, TrimmedError
 from shardlog.local.lifecycle import expire_now
 from shardlog.reader import LogReader
@@ -233,3 +234,19 @@ def test_a_worker_cursor_below_the_horizon_continues_at_it_and_counts_the_gap(
     cursor = PartitionCursor(reader, P, 1)
     assert [r.seq for r in cursor.next_batch(10)] == [4, 5]
     assert cursor.trimmed_unread == 3
+
+
+def test_the_horizon_only_moves_up_never_past_the_head_and_tags_never_past_it(
+    aws: AwsEnv,
+) -> None:
+    write_log(aws, [2, 2])
+    table = PartitionsTable(aws.clients, aws.config.tables)
+    assert not table.mark_tagged(P, 2)  # no horizon yet
+    assert table.advance_horizon(P, 2)
+    assert not table.advance_horizon(P, 2) and not table.advance_horizon(P, 0)
+    assert not table.advance_horizon(P, 5)  # the head is 4
+    assert table.advance_horizon(P, 4)
+    assert not table.mark_tagged(P, 5)
+    assert table.mark_tagged(P, 4) and not table.mark_tagged(P, 2)
+    partition = Tables(aws.clients, aws.config.tables).get_partition(P)
+    assert partition is not None and (partition.trim_horizon, partition.trim_tagged) == (4, 4)
