@@ -233,6 +233,13 @@ def local() -> None:
     help="Declared typed lake tables: a JSON array (docs/LAKE.md) that compaction fills "
     "beside the raw table, each with its dead-letter table.",
 )
+@click.option(
+    "--record-retention-days",
+    type=click.IntRange(C.MIN_RECORD_RETENTION_DAYS, C.MAX_RECORD_RETENTION_DAYS),
+    default=None,
+    help="Trim segments older than this many days once the lake and every consumer group "
+    "have them (shardlog:recordRetentionDays; docs/DEPLOY.md). Default: keep forever.",
+)
 @click.pass_context
 def local_up(
     ctx: click.Context,
@@ -246,11 +253,13 @@ def local_up(
     ingest_batching_window_ms: int,
     console_port: int,
     lake_tables: list[dict[str, Any]] | None,
+    record_retention_days: int | None,
 ) -> None:
     """Start the embedded AWS, the producer HTTP API, the console and any Lambda consumer
     groups on 127.0.0.1; ingest (and consume) until interrupted."""
     from shardlog.local.poller import EventSourceSettings
     from shardlog.local.runtime import LocalRuntime
+    from shardlog.retention import RetentionPolicy
 
     state_file = ctx.find_root().params["state_file"]
     base = _config(ctx)
@@ -272,6 +281,7 @@ def local_up(
         event_source=EventSourceSettings(
             batch_size=ingest_batch_size, batching_window_ms=ingest_batching_window_ms
         ),
+        retention=RetentionPolicy(record_retention_days) if record_retention_days else None,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

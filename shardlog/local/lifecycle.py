@@ -37,6 +37,15 @@ def rules(clients: Clients, bucket: str) -> list[dict[str, Any]]:
     return list(response.get("Rules", []))
 
 
+def put_rule(clients: Clients, bucket: str, rule: Mapping[str, Any]) -> None:
+    """Add ``rule`` to the bucket's lifecycle configuration (replacing one of the same ID),
+    as the stack declares it on AWS."""
+    kept = [r for r in rules(clients, bucket) if r.get("ID") != rule["ID"]]
+    clients.s3.put_bucket_lifecycle_configuration(
+        Bucket=bucket, LifecycleConfiguration={"Rules": [*kept, dict(rule)]}
+    )
+
+
 def expires_at_ms(created_ms: int, days: int) -> int:
     """When S3 expires an object created at ``created_ms`` under ``Days = days``: the first
     midnight UTC at or after creation + days."""
