@@ -52,7 +52,7 @@ logged, never read as corruption.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shardlog import constants as C
@@ -141,7 +141,7 @@ def _why_kept(end: int, age_ms: int, policy: RetentionPolicy, holds: Holds) -> s
 
 
 def plan_horizon(
-    segments: Sequence[AgedStart],
+    segments: Iterable[AgedStart],
     horizon: int,
     head: int,
     now_ms: int,
@@ -149,18 +149,23 @@ def plan_horizon(
     holds: Holds,
 ) -> tuple[int, str]:
     """The new horizon: the end of the longest run of eligible segments from ``horizon``
-    (``segments``: those starting in [horizon, head), in order), and why it stops there."""
-    if segments and segments[0].start != horizon:
+    (``segments``: those starting in [horizon, head), in order), and why it stops there.
+    ``segments`` is read lazily, one past the first segment kept (its end is the next
+    one's start): a trim lists what it may trim, not the whole log above it."""
+    listed = iter(segments)
+    segment = next(listed, None)
+    if segment is not None and segment.start != horizon:
         raise CorruptLogError(
             f"the segment at the trim horizon {horizon} is missing (the first one found "
-            f"starts at {segments[0].start})"
+            f"starts at {segment.start})"
         )
-    for index, segment in enumerate(segments):
-        end = segments[index + 1].start if index + 1 < len(segments) else head
+    while segment is not None:
+        following = next(listed, None)
+        end = following.start if following is not None else head
         kept = _why_kept(end, now_ms - segment.created_ms, policy, holds)
         if kept is not None:
             return horizon, f"segment {segment.start}: {kept}"
-        horizon = end
+        horizon, segment = end, following
     return horizon, "every committed segment is trimmed" if head else "no records"
 
 
@@ -231,9 +236,8 @@ class Trimmer:
     ) -> PartitionTrim:
         # 1. plan
         pid, head = partition.partition_id, partition.next_seq
-        segments = list(self.store.aged_starts(pid, partition.trim_horizon, head))
         horizon, reason = plan_horizon(
-            segments,
+            self.store.aged_starts(pid, partition.trim_horizon, head),
             partition.trim_horizon,
             head,
             self.clock.now_ms(),

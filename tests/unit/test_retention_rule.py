@@ -4,6 +4,8 @@ horizon a run of segments gives."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from shardlog.dal.consumers import Checkpoints
@@ -102,3 +104,15 @@ def test_policy_from_the_environment() -> None:
     assert RetentionPolicy.from_env(env) == RetentionPolicy(30, False)
     with pytest.raises(ValidationError, match="SHARDLOG_RECORD_RETENTION_DAYS: 'x'"):
         RetentionPolicy.from_env({"SHARDLOG_RECORD_RETENTION_DAYS": "x"})
+
+
+def test_the_plan_reads_the_listing_only_one_past_the_first_segment_kept() -> None:
+    taken: list[int] = []
+
+    def listing() -> Iterator[AgedStart]:
+        for start in range(0, 10**6, 10):
+            taken.append(start)
+            yield AgedStart(start, 10 * DAY_MS if start >= 20 else 0)
+
+    horizon, _ = plan_horizon(listing(), 0, 10**6, 12 * DAY_MS, WEEK, Holds(ALL))
+    assert horizon == 20 and taken == [0, 10, 20, 30]
