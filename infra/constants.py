@@ -154,6 +154,9 @@ DEFAULT_COMPACTION_RATE_MINUTES: Final = 60
 DEFAULT_ANALYTICS_RATE_MINUTES: Final = 360
 DEFAULT_MAINTENANCE_RATE_MINUTES: Final = 1440  # the lake table's maintenance, daily
 DEFAULT_SPARK_ARCHIVE: Final = "build/spark/spark_jobs_deps.tar.gz"
+TRIMMER_HANDLER: Final = "lambdas.retention.handler.handler"
+TRIMMER_TIMEOUT_S: Final = 900  # a trim lists and tags; the next day's run finishes it
+TRIMMER_SCHEDULE_HOURS: Final = 24  # S3 lifecycle counts whole days
 SPARK_TRIGGER_HANDLER: Final = "lambdas.spark_trigger.handler.handler"
 SPARK_TRIGGER_TIMEOUT_S: Final = 30
 # The trigger is invoked asynchronously: Lambda retries a failed run this many times, for at

@@ -288,3 +288,4 @@ MIN_RECORD_RETENTION_DAYS: Final = 1  # S3 lifecycle counts whole days
 MAX_RECORD_RETENTION_DAYS: Final = 36_500
 # A group whose checkpoint was below the horizon restarted at it (records it never read).
 METRIC_RECORDS_TRIMMED_UNREAD: Final = "RecordsTrimmedUnread"
+METRIC_SEGMENTS_TAGGED_FOR_EXPIRY: Final = "SegmentsTaggedForExpiry"

@@ -5,6 +5,7 @@ they are."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,12 +13,15 @@ from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
 
 from infra import constants as IC
+from infra.assets import lambda_code
+from infra.retention import Retention
 from infra.settings import SettingsError, StackSettings
 from infra.storage import Storage
 from shardlog import constants as C
 from shardlog.retention import expiry_rule
 from tests.infra import cdk_synth
 from tests.infra.cdk_synth import cdk_context
+from tests.infra.test_cdk_nag import unacknowledged_findings
 from tests.infra.test_cdk_storage import _events, _log_bucket_statements
 
 
@@ -89,3 +93,75 @@ def test_record_retention_days_limits(days: str, ok: bool) -> None:
     else:
         with pytest.raises((SettingsError, ValueError), match=IC.CTX_RECORD_RETENTION_DAYS):
             _storage(**{IC.CTX_RECORD_RETENTION_DAYS: days})
+
+
+def _with_trimmer(days: str) -> tuple[Template, Storage, Retention]:
+    app = App(context=cdk_context(**{IC.CTX_RECORD_RETENTION_DAYS: days}))
+    stack = Stack(app, "RetentionOnly")
+    settings = StackSettings.from_context(stack.node)
+    storage = Storage(stack, "Storage", settings=settings)
+    code = lambda_code()  # the asset as shipped
+    retention = Retention(
+        stack, "Retention", storage=storage, settings=settings, code=code, days=int(days)
+    )
+    return Template.from_stack(stack), storage, retention
+
+
+def test_the_trimmer_may_tag_and_list_events_but_never_delete_or_put_an_object() -> None:
+    template, storage, retention = _with_trimmer("7")
+    resources = template.to_json()["Resources"]
+    role = retention.trimmer.role
+    [policy] = [
+        r["Properties"]["PolicyDocument"]["Statement"]
+        for r in resources.values()
+        if r["Type"] == "AWS::IAM::Policy"
+        and {"Ref": cdk_synth.logical_id(role)} in r["Properties"]["Roles"]
+    ]
+    by_action: dict[str, list[Any]] = {}
+    for statement in policy:
+        actions = statement["Action"]
+        for action in [actions] if isinstance(actions, str) else actions:
+            by_action.setdefault(action, []).append(statement)
+    assert set(by_action) == {
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "dynamodb:GetItem",
+        "dynamodb:Scan",
+        "dynamodb:UpdateItem",
+        "s3:ListBucket",
+        "s3:PutObjectTagging",
+        "kms:Decrypt",
+        "kms:DescribeKey",
+        "kms:GenerateDataKey",
+        "xray:PutTraceSegments",  # tracing, as every function of the stack
+        "xray:PutTelemetryRecords",
+    }
+    bucket_id = cdk_synth.logical_id(storage.bucket)
+    [tagging] = by_action["s3:PutObjectTagging"]
+    assert tagging["Resource"] == _events(bucket_id)
+    [listing] = by_action["s3:ListBucket"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{C.EVENTS_PREFIX}*"]}}
+    [update] = by_action["dynamodb:UpdateItem"]
+    partitions = {"Fn::GetAtt": [cdk_synth.logical_id(storage.partitions_table), "Arn"]}
+    assert update["Resource"] == partitions  # the consumers table is only scanned
+
+
+def test_the_trimmer_runs_daily_with_the_retention_in_its_environment() -> None:
+    template, _, retention = _with_trimmer("30")
+    resources = template.to_json()["Resources"]
+    function = resources[cdk_synth.logical_id(retention.trimmer.function)]["Properties"]
+    assert function["Environment"]["Variables"][C.ENV_RECORD_RETENTION_DAYS] == "30"
+    assert function["Handler"] == IC.TRIMMER_HANDLER
+    rule = resources[cdk_synth.logical_id(retention.schedule)]["Properties"]
+    assert rule["ScheduleExpression"] == "rate(1 day)"
+    assert rule["Targets"][0]["Arn"] == {
+        "Fn::GetAtt": [cdk_synth.logical_id(retention.trimmer.function), "Arn"]
+    }
+
+
+def test_the_whole_stack_with_retention_has_no_unacknowledged_finding(tmp_path: Path) -> None:
+    synth = cdk_synth.synthesize(
+        tmp_path, context=cdk_context(**{IC.CTX_RECORD_RETENTION_DAYS: "7"})
+    )
+    assert synth.stack.retention is not None
+    assert unacknowledged_findings(synth.stack) == []

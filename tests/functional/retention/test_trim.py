@@ -8,11 +8,14 @@ from typing import Any
 
 import pytest
 
+from lambdas.retention.handler import create_handler
 from shardlog.clock import ManualClock, SystemClock
 from shardlog.consumer.cursor import PartitionCursor
 from shardlog.dal.consumers import WatermarkItems
 from shardlog.dal.partitions import PartitionsTable
-from shardlog.exceptions import CorruptLogError, TrimmedError
+from shardlog.exceptions import ConfigurationError, CorruptLogError, TrimmedError
+from shardlog.function_settings import TrimmerSettings
+from shardlog.local.lambda_context import LambdaContext
 from shardlog.local.lifecycle import expire_now
 from shardlog.reader import LogReader
 from shardlog.retention import DAY_MS, RetentionPolicy, Trimmer, expiry_rule
@@ -250,3 +253,20 @@ def test_the_horizon_only_moves_up_never_past_the_head_and_tags_never_past_it(
     assert table.mark_tagged(P, 4) and not table.mark_tagged(P, 2)
     partition = Tables(aws.clients, aws.config.tables).get_partition(P)
     assert partition is not None and (partition.trim_horizon, partition.trim_tagged) == (4, 4)
+
+
+def test_the_scheduled_handler_trims_with_its_validated_settings(aws: AwsEnv) -> None:
+    write_log(aws, [2, 2])
+    set_checkpoint(aws, "$compaction", "SHARD_END")
+    env = {
+        "SHARDLOG_BUCKET_NAME": aws.config.bucket,
+        "SHARDLOG_PARTITIONS_TABLE": aws.config.partitions_table,
+        "SHARDLOG_CONSUMERS_TABLE": aws.config.consumers_table,
+        "SHARDLOG_RECORD_RETENTION_DAYS": "7",
+    }
+    settings = TrimmerSettings.from_env(env)
+    assert (settings.days, settings.hold_for_groups) == (7, True)
+    handle = create_handler(settings, aws.clients, later(8))
+    assert handle({}, LambdaContext("trim")) == {"horizons": {P: 4}, "tagged": 2}
+    with pytest.raises(ConfigurationError, match="SHARDLOG_RECORD_RETENTION_DAYS"):
+        TrimmerSettings.from_env({**env, "SHARDLOG_RECORD_RETENTION_DAYS": "0"})
