@@ -27,6 +27,9 @@ CTX_DEDUPE_WINDOW_S: Final = "shardlog:dedupeWindowSeconds"
 CTX_API_RATE_LIMIT: Final = "shardlog:apiRateLimit"
 CTX_API_BURST_LIMIT: Final = "shardlog:apiBurstLimit"
 CTX_LOG_RETENTION_DAYS: Final = "shardlog:logRetentionDays"
+# Record retention (shardlog/retention.py): unset keeps the log forever. Not the Lambda log
+# groups' retention above.
+CTX_RECORD_RETENTION_DAYS: Final = "shardlog:recordRetentionDays"
 CTX_ALARM_EMAIL: Final = "shardlog:alarmEmail"
 # Synth refuses a stack whose alarms reach no one, unless this says so on purpose.
 CTX_NO_ALARM_SUBSCRIBER: Final = "shardlog:noAlarmSubscriber"
@@ -159,6 +162,9 @@ DEFAULT_COMPACTION_RATE_MINUTES: Final = 60
 DEFAULT_ANALYTICS_RATE_MINUTES: Final = 360
 DEFAULT_MAINTENANCE_RATE_MINUTES: Final = 1440  # the lake table's maintenance, daily
 DEFAULT_SPARK_ARCHIVE: Final = "build/spark/spark_jobs_deps.tar.gz"
+TRIMMER_HANDLER: Final = "lambdas.retention.handler.handler"
+TRIMMER_TIMEOUT_S: Final = 900  # a trim lists and tags; the next day's run finishes it
+TRIMMER_SCHEDULE_HOURS: Final = 24  # S3 lifecycle counts whole days
 SPARK_TRIGGER_HANDLER: Final = "lambdas.spark_trigger.handler.handler"
 SPARK_TRIGGER_TIMEOUT_S: Final = 30
 # The trigger is invoked asynchronously: Lambda retries a failed run this many times, for at

@@ -77,6 +77,8 @@ def acknowledge(stack: ShardlogStack) -> None:
     )
     for fn in (ingest.ingest, ingest.shard_sync, api.producer, analytics.trigger):
         _lambda_function(fn)
+    if stack.retention is not None:
+        _retention(stack)
 
     _suppress(
         storage.stream,
@@ -171,6 +173,20 @@ def _lake_metrics(execution_role: IConstruct) -> None:
         "Authorization Reference): its resource is '*', conditioned on the stack's metric "
         "namespace.",
         "Resource::*",
+    )
+
+
+def _retention(stack: ShardlogStack) -> None:
+    assert stack.retention is not None
+    trimmer = stack.retention.trimmer
+    _lambda_function(trimmer)
+    _suppress(
+        trimmer.role,
+        "AwsSolutions-IAM5",
+        "The trim tags the segments below a partition's horizon for the lifecycle rule to "
+        "expire; their keys are computed (events/<partition>/<seq>), so the grant is scoped "
+        "to the events/ prefix of the log bucket, with only s3:PutObjectTagging.",
+        _objects(stack.storage.bucket, C.EVENTS_PREFIX),
     )
 
 

@@ -40,6 +40,9 @@ ShardSyncRateMinutes = Annotated[int, Field(ge=1, le=1440)]
 ApiRateLimit = Annotated[int, Field(ge=1, le=10_000)]
 ApiBurstLimit = Annotated[int, Field(ge=1, le=5_000)]
 LogRetentionDays = Annotated[int, Field(ge=1, le=3653)]
+RecordRetentionDays = Annotated[
+    int, Field(ge=C.MIN_RECORD_RETENTION_DAYS, le=C.MAX_RECORD_RETENTION_DAYS)
+]
 IteratorAgeAlarmMinutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 # Lambda's own cap on a function's reserved concurrency is the account's limit; 1000 is the
 # default account limit.
@@ -114,6 +117,7 @@ class StackSettings:
     api_rate_limit: int = IC.DEFAULT_API_RATE_LIMIT
     api_burst_limit: int = IC.DEFAULT_API_BURST_LIMIT
     log_retention_days: int = IC.DEFAULT_LOG_RETENTION_DAYS
+    record_retention_days: int | None = None  # None: keep the log forever
     iterator_age_alarm_minutes: int = IC.DEFAULT_ITERATOR_AGE_ALARM_MINUTES
     alarm_email: str | None = None
     # True only when asked for explicitly: alarms then reach a topic with no subscriber.
@@ -205,6 +209,9 @@ class StackSettings:
             ),
             log_retention_days=context_setting(
                 node, IC.CTX_LOG_RETENTION_DAYS, LogRetentionDays, IC.DEFAULT_LOG_RETENTION_DAYS
+            ),
+            record_retention_days=context_setting(
+                node, IC.CTX_RECORD_RETENTION_DAYS, RecordRetentionDays, None
             ),
             iterator_age_alarm_minutes=context_setting(
                 node,

@@ -18,6 +18,7 @@ from infra.lambda_consumers import GroupProps, LambdaConsumers
 from infra.monitoring import Monitoring
 from infra.nag import acknowledge
 from infra.producer_api import ProducerApi
+from infra.retention import Retention
 from infra.settings import StackSettings
 from infra.storage import Storage
 from shardlog import constants as C
@@ -62,6 +63,18 @@ class ShardlogStack(Stack):
             storage=self.storage,
             code=code,
             log_retention_days=self.settings.log_retention_days,
+        )
+        self.retention = (
+            Retention(
+                self,
+                "Retention",
+                storage=self.storage,
+                settings=self.settings,
+                code=code,
+                days=self.settings.record_retention_days,
+            )
+            if self.settings.record_retention_days is not None
+            else None
         )
         self.monitoring = Monitoring(
             self,

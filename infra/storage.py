@@ -23,6 +23,7 @@ from constructs import Construct
 from infra.buckets import hardened_bucket
 from infra.settings import StackSettings
 from shardlog import constants as C
+from shardlog.retention import TRIMMED_NONCURRENT_DAYS, expiry_rule
 from shardlog.tables import TableNames
 
 STRING = dynamodb.AttributeType.STRING  # every key attribute of shardlog is a string
@@ -163,8 +164,27 @@ class Storage(Construct):
                     id="expire-noncurrent-versions",
                     noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
                 ),
+                *self._trimmed_segments_rule(),
             ],
         )
+
+    def _trimmed_segments_rule(self) -> list[s3.LifecycleRule]:
+        """With record retention set: expire the segments retention tagged (below a trim
+        horizon already written, shardlog/retention.py). S3 itself deletes them: no principal
+        gets a delete right on events/. None without the setting: the log is kept forever."""
+        days = self.settings.record_retention_days
+        if days is None:
+            return []
+        rule = expiry_rule(days)  # the one declaration, also applied by the local runtime
+        return [
+            s3.LifecycleRule(
+                id=str(rule["ID"]),
+                prefix=C.EVENTS_PREFIX,
+                tag_filters={C.EXPIRY_TAG_KEY: C.EXPIRY_TAG_VALUE},
+                expiration=Duration.days(days),
+                noncurrent_version_expiration=Duration.days(TRIMMED_NONCURRENT_DAYS),
+            )
+        ]
 
     def _write_once_log(self) -> None:
         """The committed log is write-once on AWS, whatever any identity policy allows.

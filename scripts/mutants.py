@@ -82,6 +82,13 @@ CODEC = (
     "tests/unit/test_format.py",
     "tests/functional/ingest/test_compressed_segments.py",
 )
+# Record retention (shardlog/retention.py): the rule, the trim's order, reads below the horizon.
+RETENTION = (
+    "tests/unit/test_retention_rule.py",
+    "tests/functional/retention/test_trim.py",
+    "tests/functional/retention/test_consumers.py",
+    "tests/functional/retention/test_cli.py",
+)
 
 
 @dataclass(frozen=True)
@@ -854,6 +861,47 @@ MUTATIONS = (
         '"ConditionExpression": "attribute_not_exists(#h) OR #h = :old",',
         '"ConditionExpression": "attribute_not_exists(#h) OR #h <= :new",',
         ("tests/spark/test_volume_trigger.py",),
+    ),
+    Mutation(
+        "retention-horizon-first",
+        "writing the trim horizon before tagging any segment below it for expiry",
+        "shardlog/retention.py",
+        """        if horizon > partition.trim_horizon:
+            self.partitions.advance_horizon(pid, horizon)
+        # 3. tag what lies below the horizon written, from where the last trim stopped
+        current = self.tables.get_partition(pid) or partition
+        trim.horizon = current.trim_horizon
+        trim.tagged = self._tag(pid, current.trim_tagged, current.trim_horizon)""",
+        """        trim.tagged = self._tag(pid, partition.trim_tagged, horizon)
+        if horizon > partition.trim_horizon:
+            self.partitions.advance_horizon(pid, horizon)
+        current = self.tables.get_partition(pid) or partition
+        trim.horizon = current.trim_horizon""",
+        RETENTION,
+    ),
+    Mutation(
+        "retention-horizon-up-only",
+        "the trim horizon's write moving it only up and never past the committed head",
+        "shardlog/dal/partitions.py",
+        'condition="(attribute_not_exists(#horizon) OR #horizon < :h) AND #next >= :h",',
+        'condition="attribute_exists(#next)",',
+        RETENTION,
+    ),
+    Mutation(
+        "retention-lagging-group",
+        "holding segments for every consumer group that has not read them",
+        "shardlog/retention.py",
+        "        if hold_for_groups:",
+        "        if False:",
+        RETENTION,
+    ),
+    Mutation(
+        "read-below-horizon",
+        "answering TrimmedError (not corruption) for a read below the trim horizon",
+        "shardlog/segments.py",
+        "        if from_seq < horizon:\n            raise TrimmedError(",
+        "        if False:\n            raise TrimmedError(",
+        RETENTION,
     ),
 )
 

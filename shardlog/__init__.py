@@ -21,6 +21,7 @@ _EXPORTS = {
     "ProducerError": "shardlog.exceptions",
     "SegmentFormatError": "shardlog.exceptions",
     "ShardlogError": "shardlog.exceptions",
+    "TrimmedError": "shardlog.exceptions",
     "ValidationError": "shardlog.exceptions",
     "LogRecord": "shardlog.format",
     "Segment": "shardlog.format",
@@ -49,6 +50,7 @@ __all__ = [
     "SegmentFormatError",
     "ShardlogConfig",
     "ShardlogError",
+    "TrimmedError",
     "ValidationError",
     "__version__",
 ]
@@ -63,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ProducerError,
         SegmentFormatError,
         ShardlogError,
+        TrimmedError,
         ValidationError,
     )
     from shardlog.format import LogRecord, Segment

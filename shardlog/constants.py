@@ -81,6 +81,10 @@ ATTR_ENDING_KINESIS_SEQ: Final = "endingKinesisSequenceNumber"
 ATTR_LAST_COMMITTED_AT: Final = "lastCommittedAt"
 ATTR_SEGMENT_COUNT: Final = "segmentCount"
 ATTR_COMMITTED_BYTES: Final = "committedBytes"
+# Retention (shardlog/retention.py): below trimHorizonSeq the log answers "trimmed"; the
+# segments below trimTaggedSeq carry the expiry tag the bucket's lifecycle rule acts on.
+ATTR_TRIM_HORIZON: Final = "trimHorizonSeq"
+ATTR_TRIM_TAGGED: Final = "trimTaggedSeq"
 
 STATE_OPEN: Final = "OPEN"
 STATE_CLOSED: Final = "CLOSED"
@@ -275,3 +279,16 @@ THROTTLING_CODES: Final = frozenset(
 # The EMR Serverless application `shardlog spark run` makes against the embedded AWS (local
 # runs); the console looks it up by this name.
 LOCAL_SPARK_APPLICATION: Final = "shardlog-spark"
+
+# --- retention (shardlog/retention.py, docs/DEPLOY.md) ---------------------------------------
+# The object tag the trimmer puts on a segment below the horizon, and the value; the bucket's
+# lifecycle rule (present only when retention is set) expires objects carrying it.
+EXPIRY_TAG_KEY: Final = "shardlog-expire"
+EXPIRY_TAG_VALUE: Final = "trimmed"
+ENV_RECORD_RETENTION_DAYS: Final = "SHARDLOG_RECORD_RETENTION_DAYS"
+ENV_RETENTION_HOLD_FOR_GROUPS: Final = "SHARDLOG_RETENTION_HOLD_FOR_GROUPS"
+MIN_RECORD_RETENTION_DAYS: Final = 1  # S3 lifecycle counts whole days
+MAX_RECORD_RETENTION_DAYS: Final = 36_500
+# A group whose checkpoint was below the horizon restarted at it (records it never read).
+METRIC_RECORDS_TRIMMED_UNREAD: Final = "RecordsTrimmedUnread"
+METRIC_SEGMENTS_TAGGED_FOR_EXPIRY: Final = "SegmentsTaggedForExpiry"

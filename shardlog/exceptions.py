@@ -90,6 +90,21 @@ class CorruptLogError(ShardlogError):
     """The committed log breaks an invariant (a gap below the head, a foreign leftover)."""
 
 
+class TrimmedError(ShardlogError):
+    """A read asked for records below the partition's trim horizon: retention expired them.
+
+    Not corruption: the log answers from ``horizon`` up (docs/FORMAT.md, section 2)."""
+
+    def __init__(self, partition_id: str, horizon: int, asked: int) -> None:
+        super().__init__(
+            f"partition {partition_id} is trimmed below seq {horizon} (record retention "
+            f"expired them); seq {asked} was asked for: read from seq {horizon} on"
+        )
+        self.partition_id = partition_id
+        self.horizon = horizon
+        self.asked = asked
+
+
 class CommitConflictError(ShardlogError):
     """The partition head moved under a commit: another writer committed first."""
 

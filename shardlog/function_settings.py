@@ -282,3 +282,21 @@ class SparkTriggerSettings(FunctionSettings):
             max_records=self.compaction_max_records,
             lake_tables=self.lake_tables,
         )
+
+
+class TrimmerSettings(FunctionSettings):
+    """The scheduled record retention trim (shardlog/retention.py): where the log and the
+    tables are, how many days records are kept, and whether groups hold segments."""
+
+    WHAT = "retention trim"
+    VARIABLES = {
+        "bucket": C.ENV_BUCKET_NAME,
+        **TABLE_VARIABLES,
+        "days": C.ENV_RECORD_RETENTION_DAYS,
+        "hold_for_groups": C.ENV_RETENTION_HOLD_FOR_GROUPS,
+    }
+
+    bucket: BucketName
+    tables: Tables
+    days: int = Field(ge=C.MIN_RECORD_RETENTION_DAYS, le=C.MAX_RECORD_RETENTION_DAYS)
+    hold_for_groups: bool = True

@@ -9,10 +9,12 @@ Every reader and writer of the log goes through it, so the layout lives in one p
   that the object is the segment its key names (partition and first seq). An object larger
   than a segment may be (``SEGMENT_MAX_READ_BYTES``) is refused before its body is read,
   and a compressed one is never decompressed past that either;
-- **density**: below the committed head (``nextSequenceNumber``, read by the caller from
-  the partitions table) the segments must follow each other without a gap; a missing or
-  misplaced segment raises CorruptLogError, it is never skipped. Objects at or past the
-  head are uncommitted leftovers and stay invisible;
+- **density**: from the trim horizon (``trimHorizonSeq``) up to the committed head
+  (``nextSequenceNumber``), both read by the caller from the partitions table, the segments
+  must follow each other without a gap; a missing or misplaced segment raises
+  CorruptLogError, it is never skipped. Objects at or past the head are uncommitted
+  leftovers and stay invisible; a read from below the horizon raises TrimmedError (retention
+  expired those records, shardlog/retention.py): never a corruption, never a skip;
 - **create**: the conditional create (``If-None-Match: *``) the write path relies on.
 
 The store never reads DynamoDB: which head to trust is the caller's decision
@@ -30,7 +32,12 @@ from botocore.exceptions import ClientError
 
 from shardlog import constants as C
 from shardlog.aws import Clients
-from shardlog.exceptions import CorruptLogError, SegmentFormatError, aws_error_code
+from shardlog.exceptions import (
+    CorruptLogError,
+    SegmentFormatError,
+    TrimmedError,
+    aws_error_code,
+)
 from shardlog.format import LogRecord, Segment, decode_segment
 
 SEGMENT_CONTENT_TYPE = "application/vnd.shardlog.segment"
@@ -81,6 +88,14 @@ def check_segment(segment: Segment, partition_id: str, first_seq: int, next_seq:
             f"[{segment.first_seq}, {segment.next_seq}): a committed segment is missing "
             "or misplaced"
         )
+
+
+@dataclass(frozen=True)
+class AgedStart:
+    """A segment object's first seq and when S3 created it (epoch ms)."""
+
+    start: int
+    created_ms: int
 
 
 @dataclass(frozen=True)
@@ -203,7 +218,13 @@ class SegmentStore:
     def fetch(self, partition_id: str, seq: int) -> Segment:
         """The segment whose key names ``seq``, decoded and checked to be that segment."""
         key = segment_key(partition_id, seq)
-        response = self.clients.s3.get_object(Bucket=self.bucket, Key=key)
+        try:
+            response = self.clients.s3.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if aws_error_code(exc) != "NoSuchKey":
+                raise
+            # Listed, then gone: the caller decides whether retention expired it meanwhile.
+            raise CorruptLogError(f"{key}: the segment is missing") from exc
         size = int(response["ContentLength"])
         if size > self.max_segment_bytes:
             response["Body"].close()
@@ -224,13 +245,35 @@ class SegmentStore:
 
         Committed or not: the caller bounds them by the head it trusts.
         """
+        for obj in self._objects(partition_id, from_seq):
+            yield seq_of_key(obj["Key"])
+
+    def _objects(self, partition_id: str, from_seq: int) -> Iterator[dict[str, Any]]:
+        """ListObjectsV2's entries of the partition's objects at or after ``from_seq``."""
         prefix = partition_prefix(partition_id)
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
         if from_seq > 0:
             kwargs["StartAfter"] = segment_key(partition_id, from_seq - 1)
         for page in self.clients.s3.get_paginator("list_objects_v2").paginate(**kwargs):
-            for obj in page.get("Contents", []):
-                yield seq_of_key(obj["Key"])
+            yield from page.get("Contents", [])
+
+    def aged_starts(self, partition_id: str, from_seq: int, head: int) -> Iterator[AgedStart]:
+        """The segment objects starting in [from_seq, head), in order, with the time S3
+        created each (LastModified, epoch ms): what retention ages a segment by."""
+        for obj in self._objects(partition_id, from_seq):
+            start = seq_of_key(obj["Key"])
+            if start >= head:
+                return
+            yield AgedStart(start, int(obj["LastModified"].timestamp() * 1000))
+
+    def tag_for_expiry(self, partition_id: str, seq: int) -> None:
+        """Put the expiry tag on the segment at ``seq`` (PutObjectTagging: neither a write of
+        the object nor a delete; the bucket's lifecycle rule expires it later)."""
+        self.clients.s3.put_object_tagging(
+            Bucket=self.bucket,
+            Key=segment_key(partition_id, seq),
+            Tagging={"TagSet": [{"Key": C.EXPIRY_TAG_KEY, "Value": C.EXPIRY_TAG_VALUE}]},
+        )
 
     def listing_back(self, partition_id: str, head: int, *, max_lists: int) -> BackwardListing:
         """The segment objects below ``head``, newest first, listed lazily (see
@@ -267,15 +310,25 @@ class SegmentStore:
 
     # --- the committed log ------------------------------------------------------------
     def segments(
-        self, partition_id: str, from_seq: int, head: int, *, prefetch: int = 8
+        self,
+        partition_id: str,
+        from_seq: int,
+        head: int,
+        *,
+        prefetch: int = 8,
+        horizon: int = 0,
     ) -> Iterator[Segment]:
         """Committed segments overlapping [from_seq, head), in order, verified dense.
 
         ``head`` is the committed ``nextSequenceNumber`` the caller read: objects at or
-        past it are never returned. Up to ``prefetch`` segments are fetched ahead.
+        past it are never returned. ``horizon`` is the ``trimHorizonSeq`` read with it:
+        ``from_seq`` below it raises TrimmedError (checked before any request). Up to
+        ``prefetch`` segments are fetched ahead.
         """
         if from_seq < 0:
             raise ValueError("from_seq must be >= 0")
+        if from_seq < horizon:
+            raise TrimmedError(partition_id, horizon, from_seq)
         if from_seq >= head:
             return
         expected = self.segment_start(partition_id, from_seq)
@@ -307,10 +360,12 @@ class SegmentStore:
             )
 
     def records(
-        self, partition_id: str, from_seq: int, head: int, *, prefetch: int = 8
+        self, partition_id: str, from_seq: int, head: int, *, prefetch: int = 8, horizon: int = 0
     ) -> Iterator[LogRecord]:
-        """Committed records with from_seq <= seq < head, in order."""
-        for segment in self.segments(partition_id, from_seq, head, prefetch=prefetch):
+        """Committed records with from_seq <= seq < head, in order (TrimmedError below
+        ``horizon``)."""
+        segments = self.segments(partition_id, from_seq, head, prefetch=prefetch, horizon=horizon)
+        for segment in segments:
             for record in segment.records:
                 if from_seq <= record.seq < head:
                     yield record

@@ -44,6 +44,7 @@ def ingest_rows(
                 "partitionId": partition.partition_id,
                 "state": partition.state,
                 "nextSeq": partition.next_seq,
+                "trimHorizonSeq": partition.trim_horizon,
                 "ingestCheckpoint": lease.checkpoint if lease else None,
                 "leaseOwner": lease.owner if lease else None,
                 "lagRecords": ingest_lag(clients, stream_name, partition, lease)

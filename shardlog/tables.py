@@ -97,6 +97,8 @@ class PartitionInfo:
     last_committed_at_ms: int | None = None
     segment_count: int = 0
     committed_bytes: int = 0
+    trim_horizon: int = 0  # below it the log answers "trimmed" (shardlog/retention.py)
+    trim_tagged: int = 0  # segments below it carry the expiry tag
 
     @classmethod
     def from_item(cls, raw: dict[str, Any]) -> PartitionInfo:
@@ -117,6 +119,8 @@ class PartitionInfo:
             last_committed_at_ms=opt_int(C.ATTR_LAST_COMMITTED_AT),
             segment_count=int(item.get(C.ATTR_SEGMENT_COUNT, 0)),
             committed_bytes=int(item.get(C.ATTR_COMMITTED_BYTES, 0)),
+            trim_horizon=int(item.get(C.ATTR_TRIM_HORIZON, 0)),
+            trim_tagged=int(item.get(C.ATTR_TRIM_TAGGED, 0)),
         )
 
 
@@ -239,6 +243,8 @@ PLACEHOLDERS: Final = {
     "#committedAt": C.ATTR_LAST_COMMITTED_AT,
     "#segs": C.ATTR_SEGMENT_COUNT,
     "#bytes": C.ATTR_COMMITTED_BYTES,
+    "#horizon": C.ATTR_TRIM_HORIZON,
+    "#tagged": C.ATTR_TRIM_TAGGED,
     "#kind": C.ATTR_GROUP_KIND,
     "#created": C.ATTR_GROUP_CREATED_AT,
     "#seekOwner": ATTR_SEEK_OWNER,

@@ -37,6 +37,8 @@ def publish(report: RunReport) -> None:
     metrics.add_metric(C.METRIC_DROPPED_EVENT_COUNT, MetricUnit.Count, report.sent_to_destination)
     metrics.add_metric(C.METRIC_CONSUMER_LAG_RECORDS, MetricUnit.Count, report.lag_records)
     metrics.add_metric(C.METRIC_CONSUMER_LAG_MS, MetricUnit.Milliseconds, report.lag_ms)
+    if report.trimmed_unread:
+        metrics.add_metric(C.METRIC_RECORDS_TRIMMED_UNREAD, MetricUnit.Count, report.trimmed_unread)
 
 
 def create_handler(

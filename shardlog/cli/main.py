@@ -233,6 +233,13 @@ def local() -> None:
     help="Declared typed lake tables: a JSON array (docs/LAKE.md) that compaction fills "
     "beside the raw table, each with its dead-letter table.",
 )
+@click.option(
+    "--record-retention-days",
+    type=click.IntRange(C.MIN_RECORD_RETENTION_DAYS, C.MAX_RECORD_RETENTION_DAYS),
+    default=None,
+    help="Trim segments older than this many days once the lake and every consumer group "
+    "have them (shardlog:recordRetentionDays; docs/DEPLOY.md). Default: keep forever.",
+)
 @click.pass_context
 def local_up(
     ctx: click.Context,
@@ -246,11 +253,13 @@ def local_up(
     ingest_batching_window_ms: int,
     console_port: int,
     lake_tables: list[dict[str, Any]] | None,
+    record_retention_days: int | None,
 ) -> None:
     """Start the embedded AWS, the producer HTTP API, the console and any Lambda consumer
     groups on 127.0.0.1; ingest (and consume) until interrupted."""
     from shardlog.local.poller import EventSourceSettings
     from shardlog.local.runtime import LocalRuntime
+    from shardlog.retention import RetentionPolicy
 
     state_file = ctx.find_root().params["state_file"]
     base = _config(ctx)
@@ -272,6 +281,7 @@ def local_up(
         event_source=EventSourceSettings(
             batch_size=ingest_batch_size, batching_window_ms=ingest_batching_window_ms
         ),
+        retention=RetentionPolicy(record_retention_days) if record_retention_days else None,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -475,7 +485,8 @@ def _produce_via_api(
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def status(ctx: click.Context, group: str | None, as_json: bool) -> None:
-    """Per partition: state, next seq, ingest checkpoint, lease owner, lag (records behind)."""
+    """Per partition: state, next seq, trim horizon (the first seq still readable), ingest
+    checkpoint, lease owner, lag (records behind)."""
     config = _config(ctx)
     if group is not None:
         echo_group_status(config, group, as_json)
@@ -484,11 +495,15 @@ def status(ctx: click.Context, group: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    header = f"{'partition':<22} {'state':<7} {'next_seq':>9} {'lag':>6}  lease owner / checkpoint"
+    header = (
+        f"{'partition':<22} {'state':<7} {'next_seq':>9} {'horizon':>9} {'lag':>6}  "
+        "lease owner / checkpoint"
+    )
     click.echo(header)
     for row in rows:
         click.echo(
             f"{row['partitionId']:<22} {row['state']:<7} {row['nextSeq']:>9} "
+            f"{row['trimHorizonSeq']:>9} "
             f"{row['lagRecords'] if row['lagRecords'] is not None else '?':>6}  "
             f"{row['leaseOwner'] or '-'} / {row['ingestCheckpoint'] or '-'}"
         )
@@ -565,6 +580,7 @@ def main() -> None:  # pragma: no cover - console entry
 from shardlog.cli.console import console as _console  # noqa: E402 - after cli exists
 from shardlog.cli.group import group as _group_group  # noqa: E402 - after cli exists
 from shardlog.cli.lake import lake as _lake_group  # noqa: E402 - after cli exists
+from shardlog.cli.retention import retention as _retention  # noqa: E402 - after cli exists
 from shardlog.cli.smoke import smoke as _smoke  # noqa: E402 - after cli exists
 from shardlog.cli.spark import spark as _spark_group  # noqa: E402 - after cli exists
 
@@ -574,3 +590,4 @@ cli.add_command(consume)
 cli.add_command(_smoke)
 cli.add_command(_console)
 cli.add_command(_group_group)
+cli.add_command(_retention)

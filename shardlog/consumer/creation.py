@@ -95,8 +95,9 @@ def _start_of(
     reader: LogReader, partition: PartitionInfo, start: StartPosition
 ) -> tuple[int, bool]:
     """(first seq, nothing left to read in it) for one partition at creation."""
-    if start.kind is InitialPosition.TRIM_HORIZON:
-        return 0, partition.state == PartitionState.ENDED and partition.next_seq == 0
+    if start.kind is InitialPosition.TRIM_HORIZON:  # the oldest record the log still has
+        horizon = partition.trim_horizon
+        return horizon, partition.state == PartitionState.ENDED and partition.next_seq <= horizon
     if start.kind is InitialPosition.LATEST and partition.state != PartitionState.OPEN:
         return partition.next_seq, True  # closed before the group existed: nothing after it
     seq = resolve_start(reader, partition.partition_id, start, head=partition.next_seq)

@@ -3,10 +3,15 @@
 It keeps one ``SegmentStore.segments`` iterator open while there is log below the head it
 read, so a segment is fetched once however many batches it feeds, and reopens it
 (re-reading the head) once that is consumed. Only committed records are returned.
+
+A position below the partition's trim horizon (shardlog/retention.py; possible only when
+retention does not hold segments for the groups) moves up to the horizon at the reopen: the
+records between were expired unread, ``trimmed_unread`` counts them and a warning names them.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Iterator
 
@@ -15,6 +20,7 @@ from shardlog.format import LogRecord, Segment
 from shardlog.reader import LogReader
 
 _REMEMBERED_SEGMENTS = 64
+logger = logging.getLogger(__name__)
 
 
 class PartitionCursor:
@@ -28,6 +34,7 @@ class PartitionCursor:
         self._ranges: deque[tuple[int, int]] = deque(maxlen=_REMEMBERED_SEGMENTS)
         self.head = position  # the partition's committed head as of the last reopen
         self.ended = False  # the partition was ENDED at the last reopen
+        self.trimmed_unread = 0  # records retention expired before this cursor read them
 
     @property
     def caught_up(self) -> bool:
@@ -71,11 +78,31 @@ class PartitionCursor:
         partition = self.reader.tables.get_partition(self.partition_id)
         self.head = partition.next_seq if partition else 0
         self.ended = partition is not None and partition.state == C.STATE_ENDED
+        horizon = partition.trim_horizon if partition else 0
+        if self.position < horizon:
+            self._restart_at(horizon)
         if self.position >= self.head:
             return iter(())
         return self.reader.store.segments(
-            self.partition_id, self.position, self.head, prefetch=self.reader.prefetch
+            self.partition_id,
+            self.position,
+            self.head,
+            prefetch=self.reader.prefetch,
+            horizon=horizon,
         )
+
+    def _restart_at(self, horizon: int) -> None:
+        logger.warning(
+            "%s: position %d is below the trim horizon %d; %d records expired unread, "
+            "continuing at %d",
+            self.partition_id,
+            self.position,
+            horizon,
+            horizon - self.position,
+            horizon,
+        )
+        self.trimmed_unread += horizon - self.position
+        self.position = horizon
 
     def segment_offset(self, seq: int) -> int | None:
         """How far ``seq`` is inside its segment, when it is inside one (not its first record)."""

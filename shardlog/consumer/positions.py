@@ -78,8 +78,8 @@ def resolve_start(
 ) -> int:
     """The first seq to read in a partition that has no checkpoint, as of now (``head``: the
     partition's head, when the caller has just read it)."""
-    if position.kind is InitialPosition.TRIM_HORIZON:
-        return 0
+    if position.kind is InitialPosition.TRIM_HORIZON:  # the oldest record the log still has
+        return reader.horizon(partition_id)
     head = reader.head(partition_id) if head is None else head
     if position.kind is InitialPosition.LATEST:
         return head
@@ -98,7 +98,9 @@ def seq_at_timestamp(
     over the segments (one GetObject per probe), then a scan of one segment.
     """
     head = reader.head(partition_id) if head is None else head
-    starts = list(itertools.takewhile(lambda s: s < head, reader.store.starts(partition_id)))
+    horizon = reader.horizon(partition_id)  # below it segments may be gone (retention)
+    listed = reader.store.starts(partition_id, horizon)
+    starts = list(itertools.takewhile(lambda s: s < head, listed))
     low, high = 0, len(starts)  # find the first segment whose last arrival >= timestamp
     found: Segment | None = None
     while low < high:

@@ -13,7 +13,9 @@ build on its fenced checkpoint write where they must be fenced, and own the rest
   the same per lane in one map (``laneProgress``), written whole in the same fenced write
   as the checkpoint or the lease's renewal, so a runner that lost its lease writes none;
 - **the compaction mirror** (``$compaction`` items, ``WatermarkItems``): every write
-  conditional on ``leaseCounter`` as it was read, incrementing it.
+  conditional on ``leaseCounter`` as it was read, incrementing it;
+- **every checkpoint** (``all_checkpoints``): one consistent Scan of the table's keys and
+  checkpoints, what retention (shardlog/retention.py) holds segments for.
 
 Every refusal leaves this module as an outcome (None) or a domain error
 (``LeaseLostError``, ``WatermarkConflictError``), never as a ClientError.
@@ -422,3 +424,42 @@ class WatermarkItems:
                 f"expected leaseCounter {mark.counter if mark.exists else 'absent'}",
             )
         return Watermark.from_item(outcome.item)
+
+
+# --- every group's checkpoint (retention) ------------------------------------------------
+@dataclass(frozen=True)
+class Checkpoints:
+    """Every consumers-table checkpoint, as one Scan saw them: ``groups`` lists every group
+    with an item (shardlog's own ``$`` groups included); ``by_partition`` maps a partition to
+    each group's ``checkpoint`` on it (None: a lease item with no checkpoint yet)."""
+
+    groups: frozenset[str]
+    by_partition: Mapping[str, Mapping[str, str | None]]
+
+
+def all_checkpoints(clients: Clients, consumers_table: str) -> Checkpoints:
+    """One consistent, paginated Scan of the keys and checkpoints of the consumers table."""
+    pages = clients.dynamodb.get_paginator("scan").paginate(
+        TableName=consumers_table,
+        ProjectionExpression="#g, #p, #cp",
+        ExpressionAttributeNames={
+            "#g": C.ATTR_CONSUMER_GROUP,
+            "#p": C.ATTR_PARTITION_ID,
+            "#cp": C.ATTR_CHECKPOINT,
+        },
+        ConsistentRead=True,
+    )
+    groups: set[str] = set()
+    by_partition: dict[str, dict[str, str | None]] = {}
+    for page in pages:
+        for raw in page.get("Items", []):
+            item = from_ddb(raw)
+            group, partition_id = item[C.ATTR_CONSUMER_GROUP], item[C.ATTR_PARTITION_ID]
+            groups.add(group)
+            if partition_id.startswith(C.GROUP_ITEM_PREFIX):  # "$group": not a lease
+                continue
+            checkpoint = item.get(C.ATTR_CHECKPOINT)
+            by_partition.setdefault(partition_id, {})[group] = (
+                None if checkpoint is None else str(checkpoint)
+            )
+    return Checkpoints(frozenset(groups), by_partition)

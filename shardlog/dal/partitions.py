@@ -12,7 +12,10 @@ here, once:
   answered as a ``CommitRefusal`` naming which condition failed;
 - ``record_lineage``: what shard sync records of a shard (creates the item OPEN);
 - ``close`` and ``end``: the two transitions of shardlog/partitions.py, each conditional on
-  the state it leaves.
+  the state it leaves;
+- ``advance_horizon`` and ``mark_tagged``: retention's two writes (shardlog/retention.py),
+  each conditional on only moving its field up, the horizon never past the head and the
+  tagged mark never past the horizon.
 
 The benchmarks' fixtures (``increment_head``, ``set_head``) write without a fence and are
 never used by the log itself.
@@ -255,6 +258,31 @@ class PartitionsTable:
 
     def end(self, partition_id: str) -> bool:
         return end(self.clients, self.names.partitions, partition_id)
+
+    # --- retention (shardlog/retention.py) -----------------------------------------------
+    def advance_horizon(self, partition_id: str, horizon: int) -> bool:
+        """Raise ``trimHorizonSeq`` to ``horizon``. False (nothing written) when it is
+        already there or higher, or ``horizon`` is past the committed head."""
+        update = Update(
+            self.names.partitions,
+            partition_key(partition_id),
+            ("#horizon = :h",),
+            condition="(attribute_not_exists(#horizon) OR #horizon < :h) AND #next >= :h",
+            values={":h": n(horizon)},
+        )
+        return update_item(self.clients, update).written
+
+    def mark_tagged(self, partition_id: str, tagged: int) -> bool:
+        """Raise ``trimTaggedSeq`` to ``tagged``: every segment below it carries the expiry
+        tag. False when it is already there or higher, or ``tagged`` is past the horizon."""
+        update = Update(
+            self.names.partitions,
+            partition_key(partition_id),
+            ("#tagged = :t",),
+            condition="(attribute_not_exists(#tagged) OR #tagged < :t) AND #horizon >= :t",
+            values={":t": n(tagged)},
+        )
+        return update_item(self.clients, update).written
 
     # --- benchmark fixtures (no fence: never part of the log's protocol) -----------------
     def increment_head(self, partition_id: str) -> int:

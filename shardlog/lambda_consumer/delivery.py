@@ -95,6 +95,19 @@ class Session:
             position = int(checkpoint)
         else:  # not in the group's creation positions: it appeared later, read it all
             position = 0
+        trimmed = max(0, partition.trim_horizon - position) if not self.shard_end else 0
+        if trimmed:  # retention expired them unread (it did not hold for groups): restart
+            logger.warning(
+                "%s/%s: checkpoint %d is below the trim horizon %d; %d records expired "
+                "unread, continuing at the horizon",
+                self.runner.group,
+                self.partition_id,
+                position,
+                partition.trim_horizon,
+                trimmed,
+            )
+            self.report.trimmed_unread += trimmed
+            position, checkpoint = partition.trim_horizon, None  # progress below it is void
         self.feed = LogFeed(
             self.runner.reader.store, self.runner.tables, self.partition_id, position
         )

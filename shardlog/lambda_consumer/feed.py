@@ -34,6 +34,7 @@ class LogFeed:
         self.position = position  # the seq of the first record not yet taken
         self.head = position
         self.ended = False  # the partition was ENDED at the last head read
+        self.horizon = 0  # the trim horizon at the last head read (TrimmedError below it)
         self._buffer: deque[FedRecord] = deque()  # records from position on
         self._segments: Iterator[Segment] | None = None
         self._read_until = position  # the seq after the last record buffered
@@ -43,6 +44,7 @@ class LogFeed:
         partition = self.tables.get_partition(self.partition_id)
         self.head = partition.next_seq if partition else 0
         self.ended = partition is not None and partition.state == PartitionState.ENDED
+        self.horizon = partition.trim_horizon if partition else 0
         return self.head
 
     @property
@@ -64,7 +66,11 @@ class LogFeed:
                 self.refresh()
                 if self._read_until < self.head:
                     self._segments = self.store.segments(
-                        self.partition_id, self._read_until, self.head, prefetch=2
+                        self.partition_id,
+                        self._read_until,
+                        self.head,
+                        prefetch=2,
+                        horizon=self.horizon,
                     )
                 continue
             for record in segment.records:

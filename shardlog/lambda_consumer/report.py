@@ -28,6 +28,7 @@ class RunReport:
     failed_invocations: int = 0
     sent_to_destination: int = 0  # records given up on (uninvoked, or after retries)
     filtered_out: int = 0  # records no filter kept: never invoked, checkpointed past
+    trimmed_unread: int = 0  # records retention expired below the checkpoint (skipped)
     checkpoint: str | None = None
     head: int = 0
     lag_records: int = 0
@@ -50,6 +51,7 @@ class RunReport:
             "failedInvocations": self.failed_invocations,
             "sentToOnFailure": self.sent_to_destination,
             "filteredOut": self.filtered_out,
+            "trimmedUnread": self.trimmed_unread,
             "eventCount": self.event_count,
             "checkpoint": self.checkpoint,
             "head": self.head,

@@ -1,5 +1,7 @@
 """The whole system on one machine: embedded AWS, ingest handler, poller, shard sync, the
-producer HTTP API and Lambda consumer groups."""
+producer HTTP API, Lambda consumer groups and, with record retention set, the trim (the
+trimmer, then the bucket's lifecycle rules the embedded AWS does not run, both on the
+runtime's clock: ``trim_once``)."""
 
 from __future__ import annotations
 
@@ -20,10 +22,14 @@ from shardlog.local.checkout import require_checkout
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.local.http_api import LocalApiServer
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
+from shardlog.local.lifecycle import expire_now, put_rule
 from shardlog.local.poller import EventSourcePoller, EventSourceSettings
 from shardlog.local.quiet import quiet_powertools
+from shardlog.retention import PartitionTrim, RetentionPolicy, Trimmer, expiry_rule
 from shardlog.shardsync import ShardSync
 from shardlog.tables import Tables
+
+TRIM_INTERVAL_S = 3600.0  # how often (wall time) the background trim runs
 
 
 class LocalRuntime:
@@ -42,7 +48,11 @@ class LocalRuntime:
         state_file: str | Path | None = None,
         api_port: int | None = 0,  # the producer HTTP API; 0 = a free port, None = none
         lambda_consumers: Sequence[LocalGroup] = (),  # `--lambda-consumer GROUP=MODULE:FUNCTION`
+        retention: RetentionPolicy | None = None,  # `--record-retention-days`; None: forever
+        trim_interval_s: float = TRIM_INTERVAL_S,
     ) -> None:
+        self.retention = retention
+        self.trim_interval_s = trim_interval_s
         self.lambda_groups = list(lambda_consumers)
         self.lambda_consumers: LocalLambdaConsumers | None = None
         self.api_port = api_port
@@ -60,6 +70,7 @@ class LocalRuntime:
         self.ingest_requests = RequestCounter()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._trimmer: threading.Thread | None = None
         self.config: ShardlogConfig = self.base_config
         self.clients: Clients
         self.poller: EventSourcePoller
@@ -116,9 +127,25 @@ class LocalRuntime:
             self.config.bucket, self.config.region, self.config.endpoint_url
         )
         self.config = replace(self.config, extra={**self.config.extra, "lake": lake.to_json()})
+        if self.retention is not None and self.retention.days is not None:
+            put_rule(self.clients, self.config.bucket, expiry_rule(self.retention.days))
         if self.state_file is not None:
             self.config.write(self.state_file)
         return self
+
+    def trim_once(self) -> tuple[list[PartitionTrim], list[str]]:
+        """One trim (shardlog/retention.py), then the bucket's lifecycle applied as S3 would
+        by now: what each partition's trim did, and the keys expired."""
+        if self.retention is None:
+            return [], []
+        trims = Trimmer(
+            self.clients, self.config.bucket, self.config.tables, self.retention, self.clock
+        ).run()
+        return trims, expire_now(self.clients, self.config.bucket, self.clock.now_ms())
+
+    def _trim_until_stopped(self) -> None:
+        while not self._stop.wait(self.trim_interval_s):
+            self.trim_once()
 
     def _build_api_handler(self) -> Callable[[dict[str, Any], Any], Any]:
         from lambdas.producer_api.handler import create_handler
@@ -158,6 +185,11 @@ class LocalRuntime:
         self._thread.start()
         if self.lambda_consumers is not None:
             self.lambda_consumers.run_in_background(self._stop)
+        if self.retention is not None:
+            self._trimmer = threading.Thread(
+                target=self._trim_until_stopped, name="shardlog-trim", daemon=True
+            )
+            self._trimmer.start()
 
     def wait_until(self, done: Callable[[], bool], timeout_s: float, poll_s: float = 0.1) -> bool:
         """Wait (bounded) until ``done()``; polls the poller itself when no thread runs it."""
@@ -180,6 +212,9 @@ class LocalRuntime:
             self._thread = None
         if self.lambda_consumers is not None:
             self.lambda_consumers.join(timeout_s=30)
+        if self._trimmer is not None:
+            self._trimmer.join(timeout=30)
+            self._trimmer = None
         if self.api is not None:
             self.api.shutdown()
             self.api = None

@@ -30,6 +30,8 @@ from tests.support.factories import incoming_records, writer_for
         ["spark", "summary"],
         ["group"],
         ["group", "seek"],
+        ["retention"],
+        ["retention", "run"],
     ],
 )
 def test_every_command_has_help(command: list[str]) -> None:
