@@ -858,8 +858,8 @@ MUTATIONS = (
         "volume-count-once",
         "the backlog counter adding a partition's commits once, from the head counted last",
         "shardlog/dal/volume.py",
-        '"ConditionExpression": "attribute_not_exists(#h) OR #h = :old",',
-        '"ConditionExpression": "attribute_not_exists(#h) OR #h <= :new",',
+        '"attribute_not_exists(#h) OR #h = :old",',
+        '"attribute_not_exists(#h) OR #h <= :new",',
         ("tests/spark/test_volume_trigger.py",),
     ),
     Mutation(

@@ -61,7 +61,7 @@ from shardlog.clock import Clock, SystemClock
 from shardlog.dal.consumers import Checkpoints, all_checkpoints
 from shardlog.dal.partitions import PartitionsTable
 from shardlog.exceptions import CorruptLogError, ValidationError
-from shardlog.segments import AgedStart, SegmentStore
+from shardlog.segments import AgedStart, SegmentStore, log_prefix
 from shardlog.tables import PartitionInfo, TableNames, Tables
 
 DAY_MS = 24 * 3600 * 1000
@@ -286,7 +286,7 @@ def expiry_rule(days: int) -> dict[str, object]:
         "Status": "Enabled",
         "Filter": {
             "And": {
-                "Prefix": C.EVENTS_PREFIX,
+                "Prefix": log_prefix(),
                 "Tags": [{"Key": C.EXPIRY_TAG_KEY, "Value": C.EXPIRY_TAG_VALUE}],
             }
         },

@@ -62,6 +62,11 @@ def segment_key(partition_id: str, seq: int) -> str:
     return f"{partition_prefix(partition_id)}{seq:0{C.SEQ_DIGITS}d}"
 
 
+def log_prefix() -> str:
+    """Where every partition's segments live in the bucket (a lifecycle rule's prefix)."""
+    return C.EVENTS_PREFIX
+
+
 def partition_prefix(partition_id: str) -> str:
     """The prefix under which every segment of a partition sits."""
     if not partition_id or "/" in partition_id:
