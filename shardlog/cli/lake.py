@@ -194,8 +194,10 @@ def backfill(
         raise Refused(f"--table: {exc}") from None
     if name != table_name:
         raise Refused(f"--table: {table_name} is {name}'s dead-letter table: backfill {name}")
-    os.environ.update(local_environment(sys.executable))
-    spark = local_session("shardlog-backfill")  # the running session, if there is one
+    spark = None
+    if not dry_run:  # a dry run reads the catalog only
+        os.environ.update(local_environment(sys.executable))
+        spark = local_session("shardlog-backfill")  # the running session, if there is one
     hide = as_json or dry_run
     with click.progressbar(
         length=1, label=f"backfilling {name}", file=sys.stderr, hidden=hide

@@ -201,7 +201,7 @@ def _uris(bucket: str, files: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def backfill(
-    spark: SparkSession,
+    spark: SparkSession | None,
     clients: Clients,
     args: JobArgs,
     name: str,
@@ -210,14 +210,21 @@ def backfill(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> BackfillReport:
-    """Backfill declared table ``name``, its executors' step through Spark."""
+    """Backfill declared table ``name``, its executors' step through Spark (no session
+    for a dry run: it writes nothing)."""
     tables = TypedTables.beside(args.lake(), args.declared().table(name))
+
+    def derive(plans: Sequence[BatchPlan], marks: Mapping[str, int]) -> list[dict[str, Any]]:
+        if spark is None:
+            raise ValueError("a backfill that derives rows needs a Spark session")
+        return write_typed(spark, args, tables, plans, marks, run_id)
+
     return run_backfill(
         clients,
         args,
         tables,
         run_id,
-        lambda plans, marks: write_typed(spark, args, tables, plans, marks, run_id),
+        derive,
         dry_run=dry_run,
         progress=progress,
     )

@@ -210,3 +210,33 @@ def test_an_incompatible_change_is_refused_then_an_added_column_is_backfilled_fr
     append(aws, clock, P0, 60, 20)  # compaction goes on from the same watermarks
     assert compact(spark, aws, V2, "d" * 16).records == 20
     assert_v2_exactly_once(aws)
+
+
+def test_refusals_of_a_compaction_between_its_two_commits_survive_the_backfill(
+    spark: Any, compacted_under_v1: AwsEnv, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction dies after its dead-letter commit (``W_R`` > ``W_T``): the backfill keeps
+    those refusals (at or above ``W_T``), so the rerun skips them and each lands once."""
+    import shardlog.spark.typed as typed_module
+
+    aws = compacted_under_v1
+    append(aws, clock, P0, 60, 30)
+    real_append = typed_module.append
+
+    def crash_before_the_typed_commit(table: Any, batch: Any) -> Any:
+        if table.name()[-1] == "orders":
+            raise SystemExit("the run dies after its dead-letter commit")
+        return real_append(table, batch)
+
+    monkeypatch.setattr(typed_module, "append", crash_before_the_typed_commit)
+    with pytest.raises(SystemExit):
+        compact(spark, aws, V2, "h" * 16)
+    monkeypatch.setattr(typed_module, "append", real_append)
+    typed, rejected = tables(aws, V2).open(create=False)
+    assert table_watermarks(rejected)[P0] == 90 > table_watermarks(typed)[P0] == 60
+
+    report = backfill(spark, aws, "i" * 16)
+    assert report.records == 100 and table_watermarks(rejected.refresh())[P0] == 90
+    rerun = compact(spark, aws, V2, "j" * 16)
+    assert rerun.records == 30 and rerun.rejected == 0  # the refusals kept were skipped
+    assert_v2_exactly_once(aws)
