@@ -5,7 +5,9 @@ A declared table ``T`` (``shardlog.lake.declared``) has two Iceberg tables, each
 own watermarks in its own snapshots: ``T`` (the records that are T's and fit its schema)
 and ``T_rejected`` (the records that are T's and do not: never dropped). Per run:
 
-1. **open** both tables (created on first use) and read their watermarks ``W_T``, ``W_R``;
+1. **open** both tables (created on first use; T's schema evolved to the declaration,
+   an incompatible change refused naming the field: ``shardlog.lake.evolution``) and read
+   their watermarks ``W_T``, ``W_R``;
 2. **plan** per partition whole committed segments from ``W_T`` (``plan_batches``, as the
    raw table's compaction);
 3. **write** (executors, one Spark job): read the chunks' segments as records
