@@ -5,7 +5,8 @@ The exactly-once protocol (open, plan, write, commit, mirror) lives in
 wiring. The executors write one file per (chunk of segments, arrival day):
 ``<table location>/data/arrival_day=D/<partition>-<first seq>-<last seq>-<run id>.parquet``.
 Then each declared typed table (``--lake-tables``, docs/LAKE.md) and its dead-letter table,
-each from its own watermarks (``shardlog.spark.typed``).
+each from its own watermarks (``shardlog.spark.typed``), its schema first evolved to its
+declaration (``shardlog.lake.evolution``; re-deriving old rows is ``shardlog lake backfill``).
 Run: ``spark-submit spark_jobs/compact.py --bucket B --partitions-table P --consumers-table C``.
 """
 

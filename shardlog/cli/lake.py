@@ -218,6 +218,86 @@ def _json_value(value: object) -> object:
     return str(value)
 
 
+class Refused(click.ClickException):
+    """A one-line error, exit status 2 (the change or the table refused; nothing done)."""
+
+    exit_code = 2
+
+
+@lake.command("backfill")
+@click.option(
+    "--table", "table_name", required=True, help="The declared typed table to derive anew."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Say the schema changes and records to re-read; change nothing."
+)
+@click.option("--endpoint-url", help="AWS endpoint; overrides the global option.")
+@click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
+@click.pass_context
+def backfill(
+    ctx: click.Context, table_name: str, dry_run: bool, endpoint_url: str | None, as_json: bool
+) -> None:
+    """Evolve a declared table's schema to its declaration and re-derive its rows (and its
+    dead-letter table's) from the log from seq 0, exactly once, while compaction runs.
+
+    Runs Spark in local mode in this process (docs/LAKE.md, Backfill)."""
+    import os
+    import sys
+    import uuid
+
+    from shardlog.spark.backfill import backfill as run
+    from shardlog.spark.jobs import JobArgs
+    from shardlog.spark.session import local_environment, local_session
+
+    config = _config(ctx)
+    if endpoint_url:
+        config = replace(config, endpoint_url=endpoint_url, extra={**config.extra, "lake": None})
+    args = JobArgs.from_config(config)
+    try:
+        name = args.declared().table(table_name).name
+    except ShardlogError as exc:
+        raise Refused(f"--table: {exc}") from None
+    if name != table_name:
+        raise Refused(f"--table: {table_name} is {name}'s dead-letter table: backfill {name}")
+    spark = None
+    if not dry_run:  # a dry run reads the catalog only
+        os.environ.update(local_environment(sys.executable))
+        spark = local_session("shardlog-backfill")  # the running session, if there is one
+    hide = as_json or dry_run
+    with click.progressbar(
+        length=1, label=f"backfilling {name}", file=sys.stderr, hidden=hide
+    ) as bar:
+        try:
+            report = run(
+                spark,
+                config.clients(),
+                args,
+                name,
+                uuid.uuid4().hex[:16],
+                dry_run=dry_run,
+                progress=lambda n: _advance(bar, n),
+            )
+        except ShardlogError as exc:
+            raise Refused(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), sort_keys=True))
+        return
+    changes = ", ".join(report.changes) or "none"
+    if dry_run:
+        click.echo(f"{report.table}: schema changes {changes}; {report.records} records to re-read")
+        return
+    click.echo(
+        f"{report.table}: schema changes {changes}; re-read {report.records} records: "
+        f"{report.typed} typed, {report.rejected} rejected, in {report.attempts} attempt(s)"
+    )
+
+
+def _advance(bar: object, records: int) -> None:
+    """The bar's length is unknown until the table is read: it grows with the work."""
+    bar.length = max(bar.length or 0, bar.pos + records)  # type: ignore[attr-defined]
+    bar.update(records)  # type: ignore[attr-defined]
+
+
 @lake.command("maintain")
 @click.option(
     "--snapshot-retention-hours",

@@ -9,6 +9,7 @@ executors' Parquet files (plain pyarrow, no field ids) are read by column name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -49,10 +50,15 @@ def load_lake_catalog(settings: LakeSettings) -> Catalog:
 
 
 def open_table(
-    settings: LakeSettings, *, create: bool = False, schema: TableSchema = EVENTS
+    settings: LakeSettings,
+    *,
+    create: bool = False,
+    schema: TableSchema = EVENTS,
+    evolve: Callable[[Table], object] | None = None,
 ) -> Table:
     """The lake table, checked to have the declared shape; created first (in that shape)
-    when ``create`` is set."""
+    when ``create`` is set; ``evolve`` brings an existing table's schema to the shape
+    first (a declared table: ``shardlog.lake.evolution``)."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     catalog = load_lake_catalog(settings)
@@ -65,6 +71,8 @@ def open_table(
                     f"no lake table {settings.table} yet: run `shardlog spark run compact` first"
                 ) from exc
             table = _create(catalog, settings, schema)
+        if evolve is not None:
+            evolve(table)
         _check(table, settings, schema)
         return _with_protocol_properties(table)
     except _UNREACHABLE as exc:

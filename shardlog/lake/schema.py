@@ -134,6 +134,27 @@ def spark_type(kind: IcebergType) -> str:
     return SPARK_TYPES[type(kind)]
 
 
+def holds(have: IcebergType, want: IcebergType) -> bool:
+    """Whether a table's type ``have`` is the declared ``want``: the same names, types and
+    nullability at every level, in any order, nested field ids aside (schema evolution
+    numbers and orders an added field otherwise than a table created with it); a struct
+    may have more fields if they are optional (a property no longer declared)."""
+    if isinstance(have, StructType) and isinstance(want, StructType):
+        found = {f.name: f for f in have.fields}
+        wanted = {f.name for f in want.fields}
+        return all(
+            f.name in found
+            and found[f.name].required == f.required
+            and holds(found[f.name].field_type, f.field_type)
+            for f in want.fields
+        ) and not any(f.required for f in have.fields if f.name not in wanted)
+    if isinstance(have, ListType) and isinstance(want, ListType):
+        return have.element_required == want.element_required and holds(
+            have.element_type, want.element_type
+        )
+    return have == want
+
+
 # Iceberg numbers partition fields from 1000 (the spec's convention; column ids stay below).
 FIRST_PARTITION_FIELD_ID = 1000
 # A column name every engine takes unquoted (Spark DDL, Athena, pyiceberg, JSON in camelCase).
@@ -287,7 +308,7 @@ class TableSchema:
             have = actual.get(name)
             if have is None:
                 problems.append(f"missing column {name}")
-            elif have.field_type != want.kind or have.required != want.required:
+            elif not holds(have.field_type, want.kind) or have.required != want.required:
                 problems.append(
                     f"column {name} is {have.field_type}{' required' if have.required else ''}, "
                     f"expected {want.kind}{' required' if want.required else ''}"

@@ -5,7 +5,9 @@ A declared table ``T`` (``shardlog.lake.declared``) has two Iceberg tables, each
 own watermarks in its own snapshots: ``T`` (the records that are T's and fit its schema)
 and ``T_rejected`` (the records that are T's and do not: never dropped). Per run:
 
-1. **open** both tables (created on first use) and read their watermarks ``W_T``, ``W_R``;
+1. **open** both tables (created on first use; T's schema evolved to the declaration,
+   an incompatible change refused naming the field: ``shardlog.lake.evolution``) and read
+   their watermarks ``W_T``, ``W_R``;
 2. **plan** per partition whole committed segments from ``W_T`` (``plan_batches``, as the
    raw table's compaction);
 3. **write** (executors, one Spark job): read the chunks' segments as records
@@ -55,6 +57,7 @@ from shardlog.config import ShardlogConfig
 from shardlog.lake.catalog import open_table
 from shardlog.lake.commit import LakeAppend, append, table_watermarks
 from shardlog.lake.declared import LOG_COLUMNS, LakeTableDeclaration, rejected_schema
+from shardlog.lake.evolution import evolve
 from shardlog.lake.exceptions import LakeConflictError
 from shardlog.lake.files import EVENT_RECORDS, s3_uri, write_rows
 from shardlog.lake.settings import LakeSettings
@@ -109,9 +112,17 @@ class TypedTables:
         return cls(declared, raw.sibling(declared.name), raw.sibling(declared.rejected_name))
 
     def open(self, *, create: bool = True) -> tuple[Table, Table]:
-        """The typed table and the dead-letter table, each checked to have its shape."""
+        """The typed table and the dead-letter table, each checked to have its shape; with
+        ``create``, the typed table's schema evolved to the declaration first
+        (``shardlog.lake.evolution``: an incompatible change is refused, naming the field)."""
+        declared = self.declared
         return (
-            open_table(self.typed, create=create, schema=self.declared.typed_schema()),
+            open_table(
+                self.typed,
+                create=create,
+                schema=declared.typed_schema(),
+                evolve=(lambda table: evolve(table, declared)) if create else None,
+            ),
             open_table(self.rejected, create=create, schema=rejected_schema()),
         )
 

@@ -127,3 +127,19 @@ def rows_of(table: pa.Table) -> list[Row]:
             )
         )
     return sorted(rows)
+
+
+def typed_rows_once(
+    aws: AwsEnv, typed_table: Any, rejected_table: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[tuple[str, int], Any]]:
+    """A declared table's rows and its dead-letter table's, checked to hold every committed
+    record once between them (nothing twice, nothing lost); and the log by (partition, seq)."""
+    from collections import Counter
+
+    typed = typed_table.scan().to_arrow().to_pylist()
+    rejected = rejected_table.scan().to_arrow().to_pylist()
+    log = {(r[0], r[1]): r for r in log_rows(aws)}
+    seen = Counter((r["partition_id"], r["seq"]) for r in typed + rejected)
+    assert [k for k, n in seen.items() if n > 1] == []  # nothing twice
+    assert sorted(seen) == sorted(log)  # nothing lost
+    return typed, rejected, log

@@ -31,7 +31,7 @@ from shardlog.spark.typed import TypedReport, TypedTables, compact_typed, run_ty
 from shardlog.tables import Tables
 from spark_jobs.compact import compact
 from spark_jobs.maintain import run_declared_maintenance
-from tests.spark.helpers import log_rows
+from tests.spark.helpers import typed_rows_once
 from tests.support.aws import AwsEnv
 from tests.support.cli import run_cli
 from tests.support.factories import writer_for
@@ -103,12 +103,7 @@ def assert_each_record_once(aws: AwsEnv, args: JobArgs) -> tuple[int, int]:
     counts (typed, rejected)."""
     where = tables(args)
     typed_table, rejected_table = where.open(create=False)
-    typed = typed_table.scan().to_arrow().to_pylist()
-    rejected = rejected_table.scan().to_arrow().to_pylist()
-    log = {(r[0], r[1]): r for r in log_rows(aws)}
-    seen = Counter((r["partition_id"], r["seq"]) for r in typed + rejected)
-    assert [k for k, n in seen.items() if n > 1] == []  # nothing twice
-    assert sorted(seen) == sorted(log)  # nothing lost
+    typed, rejected, log = typed_rows_once(aws, typed_table, rejected_table)
     for row in typed:
         body = json.loads(log[(row["partition_id"], row["seq"])][3])
         assert row["partition_key"] == log[(row["partition_id"], row["seq"])][2]
