@@ -132,3 +132,11 @@ def test_the_command_line_refuses_it_naming_the_key(query: str, words: str) -> N
 
 def test_the_command_line_takes_it() -> None:
     assert parse_group("billing=json:dumps?tumblingWindowS=900").settings.tumbling_window_s == 900
+
+
+def test_cdk_jsons_key_is_checked_by_the_same_schema() -> None:
+    """What synth reads from cdk.json's shardlog:lambdaConsumers (infra/settings.py)."""
+    group = {"group": "billing", "functionArn": "arn:aws:lambda:us-east-1:1:function:f"}
+    assert LambdaConsumerSettings.from_camel({**group, "tumblingWindowS": 0}).tumbling_window_s == 0
+    with pytest.raises(ShardlogError, match="group 'billing': tumblingWindowS: Input should be"):
+        LambdaConsumerSettings.from_camel({**group, "tumblingWindowS": 901})
