@@ -1,7 +1,7 @@
 """Tumbling windows of a Lambda consumer group on the embedded AWS: the state carried
 across a window's invocations, the final invocation, a crash mid-window, a zombie's state
 refused, early termination past 1 MB, windows across a split, and the sweep that closes a
-window no record comes to close."""
+window no record comes to close, and a seek that drops the open window."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from shardlog import constants as C
 from shardlog.clock import ManualClock
+from shardlog.consumer.positions import StartPosition
 from shardlog.dal.consumers import LaneProgress
 from shardlog.lambda_consumer.runner import Outcome, Runner, RunReport
 from shardlog.lambda_consumer.windows import CLOSE_GRACE_MS, STATE_LIMIT_BYTES
@@ -21,6 +22,7 @@ from tests.functional.lambda_consumer.conftest import Start
 from tests.support.aws import AwsEnv
 from tests.support.factories import append, end_partition, incoming_records, register_partition
 from tests.support.lambda_consumers import Recorder, drive, plenty_of_time, runner_for
+from tests.support.seek import group_seek
 
 P = "shardId-000000000000"
 GROUP = "windowed"  # its own queues: no other test's group of the same name
@@ -297,3 +299,15 @@ def test_the_sweep_wakes_a_partition_whose_window_the_clock_closed(
     drive(group, clock)
     assert function.summary() == [([0, 1], None, False), ([], 2, True)]
     assert stored_window(aws, "sweeping") is None
+
+
+def test_a_seek_drops_the_open_window_and_its_state(aws: AwsEnv, clock: ManualClock) -> None:
+    append(aws, P, incoming_records(4, start=0, arrival_ms=T0))
+    function = Counting()
+    runner, _ = runner_for(aws, clock, function, GROUP, batch_size=4, tumbling_window_s=WINDOW_S)
+    run(runner)
+    assert json.loads(stored_window(aws).state_json) == {"n": 4}
+    group_seek(aws, clock).seek(GROUP, StartPosition.trim_horizon(), "tester")
+    assert stored_window(aws) is None
+    run(runner, request_id="r2")
+    assert function.summary() == [([0, 1, 2, 3], None, False), ([0, 1, 2, 3], None, False)]
