@@ -940,6 +940,17 @@ MUTATIONS = (
         "        elif True:",
         ("tests/unit/test_lake_evolution.py",),
     ),
+    Mutation(
+        "window-state-fence",
+        "a tumbling window's state written only by the fenced write of its checkpoint",
+        "shardlog/dal/consumers.py",
+        "        clauses = progress.clauses()\n",
+        "        clauses = progress.clauses()\n"
+        "        if progress.window is not None:  # the state in a write of its own, unfenced\n"
+        "            update_item(self.leases.clients, Update(base.table, base.key,"
+        ' ("#window = :window",), values={":window": progress.window.attribute()}))\n',
+        ("tests/functional/lambda_consumer/test_windows.py",),
+    ),
 )
 
 

@@ -121,6 +121,7 @@ ATTR_RETRY_END: Final = "retryEndSeq"  # ...its end (exclusive)
 ATTR_RETRY_SIZE: Final = "retryBatchSize"  # ...delivered in sub-batches of at most this many
 ATTR_RETRY_ATTEMPTS: Final = "retryAttempts"  # ...failed invocations of the current one
 ATTR_LANE_PROGRESS: Final = "laneProgress"  # ...the same per lane, at parallelizationFactor > 1
+ATTR_WINDOW_STATE: Final = "windowState"  # a Lambda group's open tumbling window and its state
 
 # --- Lambda consumer groups (docs/CONSUMERS.md, "Lambda consumers") -------------------------
 ENV_LAMBDA_CONSUMER: Final = "SHARDLOG_LAMBDA_CONSUMER"  # the runner's group settings (JSON)

@@ -139,12 +139,14 @@ class Lease:
     parents: tuple[str, ...] = ()
     transfer_requested_by: str | None = None  # a worker asked for a graceful handoff
     transfer_requested_at_ms: int | None = None
+    window_end_ms: int | None = None  # a Lambda group's open tumbling window: its end
 
     @classmethod
     def from_item(cls, raw: dict[str, Any]) -> Lease:
         item = from_ddb(raw)
         subseq = item.get(C.ATTR_CHECKPOINT_SUBSEQ)
         requested_at = item.get(ATTR_TRANSFER_REQUESTED_AT)
+        window = item.get(C.ATTR_WINDOW_STATE)
         return cls(
             group=item[C.ATTR_CONSUMER_GROUP],
             partition_id=item[C.ATTR_PARTITION_ID],
@@ -157,6 +159,7 @@ class Lease:
             parents=tuple(item.get(C.ATTR_PARENT_PARTITION_IDS, ())),
             transfer_requested_by=item.get(ATTR_TRANSFER_REQUESTED_BY),
             transfer_requested_at_ms=int(requested_at) if requested_at is not None else None,
+            window_end_ms=int(window["end"]) if window is not None else None,
         )
 
     def is_live(self, now_ms: int) -> bool:
@@ -259,6 +262,7 @@ PLACEHOLDERS: Final = {
     "#rattempts": C.ATTR_RETRY_ATTEMPTS,
     "#pf": C.ATTR_PENDING_FAILURE,
     "#lanes": C.ATTR_LANE_PROGRESS,
+    "#window": C.ATTR_WINDOW_STATE,
     "#transferBy": ATTR_TRANSFER_REQUESTED_BY,
     "#transferAt": ATTR_TRANSFER_REQUESTED_AT,
 }

@@ -12,6 +12,8 @@ build on its fenced checkpoint write where they must be fenced, and own the rest
   and the pending give-up (``pendingOnFailure``), or at a parallelization factor above 1
   the same per lane in one map (``laneProgress``), written whole in the same fenced write
   as the checkpoint or the lease's renewal, so a runner that lost its lease writes none;
+  the open tumbling window and its state (``windowState``, ``WindowState``) travel in the
+  same write, so state and checkpoint move together and a zombie writes neither;
 - **the compaction mirror** (``$compaction`` items, ``WatermarkItems``): every write
   conditional on ``leaseCounter`` as it was read, incrementing it;
 - **every checkpoint** (``all_checkpoints``): one consistent Scan of the table's keys and
@@ -24,6 +26,7 @@ Every refusal leaves this module as an outcome (None) or a domain error
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -218,6 +221,40 @@ class PendingFailure:
         )
 
 
+@dataclass(frozen=True)
+class WindowState:
+    """The open tumbling window ``[start_ms, end_ms)`` of a Lambda group's partition and the
+    state its last successful invocation returned, as compact JSON text (stored
+    zlib-compressed: an item holds at most 400 KB, a state may be 1 MB)."""
+
+    start_ms: int
+    end_ms: int
+    state_json: bytes = b"{}"
+
+    def attribute(self) -> dict[str, Any]:
+        return {
+            "M": {
+                "start": n(self.start_ms),
+                "end": n(self.end_ms),
+                "state": {"B": zlib.compress(self.state_json)},
+            }
+        }
+
+    @classmethod
+    def from_value(cls, value: Mapping[str, Any]) -> WindowState:
+        state = value["state"]
+        return cls(
+            int(value["start"]),
+            int(value["end"]),
+            zlib.decompress(bytes(getattr(state, "value", state))),
+        )
+
+    @property
+    def stored_bytes(self) -> int:
+        """What the state takes in the item."""
+        return len(zlib.compress(self.state_json))
+
+
 class Clauses(NamedTuple):
     sets: tuple[str, ...]
     removes: tuple[str, ...]
@@ -233,6 +270,7 @@ class LaneProgress:
     factor: int = 1
     retries: Mapping[int, RetryState] = field(default_factory=dict)
     pending: Mapping[int, PendingFailure] = field(default_factory=dict)
+    window: WindowState | None = None  # tumbling windows (factor 1 only)
 
     def _flat(self) -> Clauses:
         """Factor 1, one lane: the item's own attributes (``retryStartSeq``, ...,
@@ -257,12 +295,17 @@ class LaneProgress:
         else:
             sets.append("#pf = :pf")
             values[":pf"] = pending.attribute()
+        if self.window is None:
+            removes.append("#window")
+        else:
+            sets.append("#window = :window")
+            values[":window"] = self.window.attribute()
         return Clauses(tuple(sets), tuple(removes), values)
 
     def _mapped(self) -> Clauses:
         """Factor 2 to 10: one map, ``laneProgress`` = {factor, lanes: {lane: {retry,
         pending}}}, written whole by the one runner that holds the lease."""
-        removes = (*_RETRY_ATTRIBUTES, "#pf")
+        removes = (*_RETRY_ATTRIBUTES, "#pf", "#window")
         lanes: dict[str, Any] = {}
         for lane in sorted({*self.retries, *self.pending}):
             value: dict[str, Any] = {}
@@ -296,6 +339,7 @@ class LaneProgress:
                 },
             )
         pending = item.get(C.ATTR_PENDING_FAILURE)
+        window = item.get(C.ATTR_WINDOW_STATE)
         retry = None
         if C.ATTR_RETRY_START in item:
             names = {
@@ -309,6 +353,7 @@ class LaneProgress:
             1,
             {0: retry} if retry is not None else {},
             {0: PendingFailure.from_value(pending)} if pending is not None else {},
+            WindowState.from_value(window) if window is not None else None,
         )
 
 

@@ -48,7 +48,7 @@ from shardlog.tables import (
 
 # What a placed lease no longer carries: a Lambda group's retry state and pending give-up, a
 # handoff request addressed to an old owner (the checkpoint write removes the sub-sequence
-# number itself).
+# number itself), a Lambda group's open tumbling window (its state is of other records).
 _CLEARED: Final = (
     "#rstart",
     "#rend",
@@ -57,6 +57,7 @@ _CLEARED: Final = (
     "#pf",
     "#transferBy",
     "#transferAt",
+    "#window",
 )
 
 

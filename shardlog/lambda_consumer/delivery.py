@@ -29,28 +29,57 @@ lane's retry state is written before its retry, so a restart resumes it; a
 give-up is written before its on-failure record is sent, so a runner that lost its lease
 is refused before it sends anything, and a give-up found pending is sent (uninvoked) by
 the next runner.
+
+Tumbling windows (``tumbling_window_s``, shardlog/lambda_consumer/windows.py; factor 1
+only): a batch holds records of one window and is invoked with the window's state; the
+state each success returns is written in the same fenced write as the checkpoint past its
+batch (``WindowState`` in ``LaneProgress``), so a restart resumes the state that goes with
+its checkpoint, never one from an invocation whose checkpoint was not written, and a runner
+that lost its lease writes neither. A failed batch is retried with the state it had. When
+the window is over, the final invocation (no records, ``isFinalInvokeForWindow``) is
+retried until it succeeds, then the checkpoint is written with the state dropped. A
+returned state past the limit is not stored: the final invocation gets it with
+``isWindowTerminatedEarly``, and only after it succeeded does the checkpoint pass the batch
+(with an empty state, same window), so a crash in between invokes that batch again with
+the state before it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from shardlog import constants as C
-from shardlog.dal.consumers import LaneProgress, PendingFailure, RetryState
+from shardlog.dal.consumers import LaneProgress, PendingFailure, RetryState, WindowState
 from shardlog.format import LogRecord
 from shardlog.lambda_consumer.destinations import (
     RECORD_AGE_EXCEEDED,
     RETRIES_EXHAUSTED,
     FailedBatch,
 )
-from shardlog.lambda_consumer.events import Answer, InvokeResult, interpret, kinesis_event
+from shardlog.lambda_consumer.events import (
+    Answer,
+    InvokeResult,
+    interpret,
+    kinesis_event,
+    window_state,
+    with_window,
+)
 from shardlog.lambda_consumer.feed import FedRecord, LogFeed
 from shardlog.lambda_consumer.filters import BatchFilter
 from shardlog.lambda_consumer.invoke import InFlight
 from shardlog.lambda_consumer.lanes import Lane, Lanes
 from shardlog.lambda_consumer.report import Outcome, RunReport
+from shardlog.lambda_consumer.windows import (
+    Window,
+    closed_by_clock,
+    encode_state,
+    keepable,
+    window_of,
+)
 from shardlog.tables import Lease, PartitionInfo
 
 if TYPE_CHECKING:
@@ -84,6 +113,11 @@ class Session:
         self.filter = BatchFilter(self.consumer.criteria())
         self._saved: tuple[str | None, LaneProgress] | None = None  # as last written
         self._saved_at_ms = 0
+        self.window: WindowState | None = None  # the open tumbling window, as last written
+        # A batch whose returned state is past the limit: held (not done) until the window's
+        # early final invocation succeeds.
+        self._early: tuple[list[LogRecord], bytes] | None = None
+        self._final_attempts = 0
 
     # --- 3. position ---------------------------------------------------------------------
     def start(self, partition: PartitionInfo) -> None:
@@ -116,6 +150,7 @@ class Session:
             progress = self.progress.read(self.runner.group, self.partition_id)
         factor = self.consumer.parallelization_factor
         self.lanes = Lanes(factor, self.consumer.batch_size, position, progress)
+        self.window = progress.window if progress is not None else None
         self.saved_at = position  # the checkpoint last written
         if self.lanes.dropped:
             logger.warning(
@@ -229,9 +264,15 @@ class Session:
         if lane.retry is not None:
             return self._retry(lane, lane.retry)
         fed = lane.records(self.consumer.batch_size)
+        if self.consumer.tumbling_window_s:
+            if self._early is not None or self._window_over(fed):
+                return self._final(lane)
+            fed, cut = self._one_window(fed)
+        else:
+            cut = False
         if not fed:
             return None
-        wait_ms = self._window_left(fed)
+        wait_ms = 0 if cut else self._window_left(fed)
         if wait_ms > 0:
             return wait_ms
         self._start(lane, [f.record for f in fed])
@@ -249,6 +290,105 @@ class Session:
             return 0
         self._start(lane, [f.record for f in fed])
         return 0
+
+    # --- tumbling windows (shardlog/lambda_consumer/windows.py) -----------------------------
+    def _window_over(self, fed: list[FedRecord]) -> bool:
+        """The open window gets its final invocation now: a record of another window is
+        next, or nothing is (the partition ended and all is read, or the clock passed the
+        window's end by the grace)."""
+        if self.window is None:
+            return False
+        window = Window(self.window.start_ms, self.window.end_ms)
+        if fed:
+            return not window.contains(fed[0].record.arrival_ms)
+        return self.feed.at_end or closed_by_clock(window.end_ms, self.clock.now_ms())
+
+    def _one_window(self, fed: list[FedRecord]) -> tuple[list[FedRecord], bool]:
+        """The records of the first one's window (and whether a later window's were cut)."""
+        if not fed:
+            return fed, False
+        window = self._window_of(fed[0].record)
+        same = [f for f in fed if window.contains(f.record.arrival_ms)]
+        return same, len(same) < len(fed)
+
+    def _window_of(self, record: LogRecord) -> Window:
+        return window_of(record.arrival_ms, self.consumer.tumbling_window_s)
+
+    def _final(self, lane: Lane) -> int:
+        """Start the open window's final invocation (after its backoff, when it failed)."""
+        wait_ms = lane.not_before_ms - self.clock.now_ms()
+        if wait_ms > 0:
+            return wait_ms
+        window, state = self._closing()
+        event = with_window(
+            self._event([]),
+            window=window.event(),
+            state=json.loads(state),
+            shard_id=self.partition_id,
+            event_source_arn=self.runner.settings.event_source_arn,
+            final=True,
+            terminated_early=self._early is not None,
+        )
+        self.report.invocations += 1
+        lane.in_flight = True
+        self.in_flight.start((lane, []), event, self.consumer.function_timeout_ms)
+        return 0
+
+    def _closing(self) -> tuple[Window, bytes]:
+        """The window the final invocation closes, and the state it gets."""
+        if self._early is not None:
+            return self._window_of(self._early[0][0]), self._early[1]
+        assert self.window is not None
+        return Window(self.window.start_ms, self.window.end_ms), self.window.state_json
+
+    def _final_answered(self, lane: Lane, result: InvokeResult) -> None:
+        """Final: done once it succeeds (any answer but an error; its state is dropped);
+        a failure is retried, the partition waiting (Lambda: processing is suspended)."""
+        answer = interpret(result, [], partial_responses=False)
+        if not answer.ok:
+            self.report.failed_invocations += 1
+            self._final_attempts += 1
+            lane.not_before_ms = self.clock.now_ms() + self._backoff_ms(self._final_attempts)
+            logger.warning(
+                "%s/%s: the final invocation of a window failed: %s",
+                self.runner.group,
+                self.partition_id,
+                answer.reason,
+            )
+            return
+        self._final_attempts = 0
+        lane.not_before_ms = 0
+        if self._early is not None:  # the batch is done; the window goes on, state empty
+            window, _ = self._closing()
+            batch, self._early = self._early[0], None
+            self.window = WindowState(window.start_ms, window.end_ms)
+            self.report.delivered += len(batch)
+            lane.done(len(batch))
+            self._advance(lane)
+            return
+        self.window = None
+        self._save(checkpoint=True)
+
+    def _keep_state(
+        self, batch: list[LogRecord], result: InvokeResult, answer: Answer
+    ) -> Answer | None:
+        """A windowed batch's answer: the state it returned is kept (written with the
+        checkpoint past what it delivered); no state object is a failed invocation
+        (Lambda's rule). None: the state is past the limit, the batch is held until the
+        window's early final invocation succeeds."""
+        state = window_state(result)
+        if state is None and (answer.ok or answer.failed_from):
+            answer = Answer(0, "a tumbling window's invocation returned no state object")
+        if state is not None and (answer.ok or answer.failed_from):
+            window = self._window_of(batch[0])
+            encoded = encode_state(state)
+            if not keepable(encoded):
+                if answer.ok:  # ends the window early, with this state
+                    self._early = (batch, encoded)
+                    return None
+                return Answer(0, f"a state of {len(encoded)} bytes with a partial failure")
+            self.window = WindowState(window.start_ms, window.end_ms, encoded)
+        return answer
 
     def _window_left(self, fed: list[FedRecord]) -> int:
         """0 when the batch goes now: full, nothing more can come (the partition ended and
@@ -277,16 +417,30 @@ class Session:
         batch = self._drop_expired(lane, batch)
         if not batch:
             return
-        runner = self.runner
-        event = kinesis_event(
-            batch,
-            event_source_arn=runner.settings.event_source_arn,
-            region=runner.settings.region,
-            invoke_identity_arn=f"shardlog:lambda-consumer:{self.runner.group}",
-        )
+        event = self._event(batch)
+        if self.consumer.tumbling_window_s:
+            window = self._window_of(batch[0])
+            open_window = self.window
+            same = open_window is not None and open_window.start_ms == window.start_ms
+            event = with_window(
+                event,
+                window=window.event(),
+                state=json.loads(open_window.state_json) if open_window and same else {},
+                shard_id=self.partition_id,
+                event_source_arn=self.runner.settings.event_source_arn,
+            )
         self.report.invocations += 1
         lane.in_flight = True
         self.in_flight.start((lane, batch), event, self.consumer.function_timeout_ms)
+
+    def _event(self, batch: list[LogRecord]) -> dict[str, object]:
+        runner = self.runner
+        return kinesis_event(
+            batch,
+            event_source_arn=runner.settings.event_source_arn,
+            region=runner.settings.region,
+            invoke_identity_arn=f"shardlog:lambda-consumer:{runner.group}",
+        )
 
     def _answers(self, wait_s: float | None) -> None:
         answers = self.in_flight.answers(wait_s)
@@ -295,9 +449,17 @@ class Session:
             self._answered(lane, batch, result)
 
     def _answered(self, lane: Lane, batch: list[LogRecord], result: InvokeResult) -> None:
+        if self.consumer.tumbling_window_s and not batch:
+            self._final_answered(lane, result)
+            return
         answer = interpret(
             result, batch, partial_responses=self.consumer.report_batch_item_failures
         )
+        if self.consumer.tumbling_window_s:
+            kept = self._keep_state(batch, result, answer)
+            if kept is None:
+                return
+            answer = kept
         if answer.ok:
             self.report.delivered += len(batch)
             lane.done(len(batch))
@@ -427,7 +589,7 @@ class Session:
         progress are as last written and the lease was written within a third of its
         duration (another lane holds the checkpoint; at factor 1 it always moves)."""
         position = self.lanes.checkpoint() if checkpoint else None
-        progress = self.lanes.progress()
+        progress = dataclasses.replace(self.lanes.progress(), window=self.window)
         fresh = self.clock.now_ms() - self._saved_at_ms < self.consumer.lease_ms // 3
         if unless_unchanged and fresh and self._saved == (str(self.lanes.checkpoint()), progress):
             return

@@ -5,6 +5,12 @@ The event is Lambda's Kinesis event, record for record, with the log seq as
 ``BatchProcessor(EventType.KinesisDataStreams)``, say) runs unchanged, and its partial
 batch response (``batchItemFailures[].itemIdentifier`` = ``sequenceNumber``) names log seqs.
 
+With a tumbling window (shardlog/lambda_consumer/windows.py) the event also carries what
+Lambda's ``KinesisTimeWindowEvent`` does: ``window`` (``start``, ``end``: ISO 8601, UTC),
+``state`` (what the window's previous invocation returned; ``{}`` at its start),
+``shardId``, ``eventSourceARN``, ``isFinalInvokeForWindow`` and ``isWindowTerminatedEarly``;
+the answer must then carry ``state``, a JSON object (``window_state``).
+
 An answer is one of: success; a partial failure from a given record on; or a whole-batch
 failure (the function raised or timed out, its result is not JSON, or it names an
 ``itemIdentifier`` that is missing or not in the batch), with a reason for the log.
@@ -77,6 +83,29 @@ def kinesis_event(
     }
 
 
+def with_window(
+    event: dict[str, Any],
+    *,
+    window: dict[str, str],
+    state: dict[str, Any],
+    shard_id: str,
+    event_source_arn: str,
+    final: bool = False,
+    terminated_early: bool = False,
+) -> dict[str, Any]:
+    """A Kinesis event (``kinesis_event``; no records for a final invocation) with the
+    tumbling window's fields, as Lambda's ``KinesisTimeWindowEvent``."""
+    return {
+        **event,
+        "window": window,
+        "state": state,
+        "shardId": shard_id,
+        "eventSourceARN": event_source_arn,
+        "isFinalInvokeForWindow": final,
+        "isWindowTerminatedEarly": terminated_early,
+    }
+
+
 @dataclass(frozen=True)
 class InvokeResult:
     """What an invocation returned: Lambda's FunctionError (None when the function
@@ -129,6 +158,19 @@ def interpret(
         first = index if first is None else min(first, index)
     assert first is not None
     return Answer(first, f"the function reported records from seq {records[first].seq} failed")
+
+
+def window_state(result: InvokeResult) -> dict[str, Any] | None:
+    """The ``state`` a successful windowed invocation returned; None when it returned none
+    or not a JSON object (Lambda: an answer without ``state`` is a failed invocation)."""
+    if result.function_error is not None:
+        return None
+    try:
+        body = json.loads(result.payload) if result.payload.strip() else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    state = body.get("state") if isinstance(body, dict) else None
+    return state if isinstance(state, dict) else None
 
 
 def _excerpt(result: InvokeResult) -> str:

@@ -37,6 +37,10 @@ Protocol (every write fenced on the group's ``leaseCounter``, as for worker grou
      then the checkpoint clears it: a runner that lost its lease is refused before it
      sends anything, and a runner that finds a give-up pending sends it (uninvoked).
 
+   With ``tumbling_window_s``, a batch holds records of one window, the function gets and
+   returns the window's state, written with the checkpoint in the same fenced write, and
+   a final invocation closes each window (shardlog/lambda_consumer/windows.py).
+
    The retry state is written (fenced) before each retry, so a runner restart resumes it.
    Before each invocation the runner checks it can finish one more (the function's
    timeout) before its own timeout; else it stops.

@@ -21,6 +21,7 @@ from shardlog.consumer.positions import StartPosition
 from shardlog.consumer.settings import validate_group
 from shardlog.exceptions import ConfigurationError, ValidationError
 from shardlog.lambda_consumer.filters import FilterCriteria, parse_criteria
+from shardlog.lambda_consumer.windows import MAX_WINDOW_S
 from shardlog.settings import BucketName, Tables
 
 # An on-failure destination: an SQS queue, an SNS topic or an S3 bucket (Lambda's three).
@@ -81,6 +82,9 @@ class LambdaConsumerSettings(BaseModel):
     # Lambda's FilterCriteria: up to 5 patterns, OR-ed; records none matches are never
     # invoked, and the checkpoint moves past them (shardlog/lambda_consumer/filters.py).
     filter_criteria: tuple[FilterPattern, ...] = ()
+    # Lambda's TumblingWindowInSeconds: 0 (none) to 900; the function gets and returns the
+    # window's state (shardlog/lambda_consumer/windows.py). At parallelization factor 1 only.
+    tumbling_window_s: int = Field(default=0, ge=0, le=MAX_WINDOW_S)
 
     @field_validator("group")
     @classmethod
@@ -118,6 +122,11 @@ class LambdaConsumerSettings(BaseModel):
         ):
             raise ValueError(
                 "starting_position_timestamp_ms is required with AT_TIMESTAMP and only then"
+            )
+        if self.tumbling_window_s and self.parallelization_factor > 1:
+            raise ValueError(
+                "tumblingWindowS needs parallelizationFactor 1: a window's state is one "
+                "per partition, and lanes would invoke its batches at once"
             )
         if self.retry_max_delay_ms < self.retry_base_delay_ms:
             raise ValueError("retry_max_delay_ms must be >= retry_base_delay_ms")

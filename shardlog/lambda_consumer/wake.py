@@ -14,7 +14,8 @@ Mechanism (docs/CONSUMERS.md explains the choice):
   if the group is behind (it stopped before its timeout, or a commit raced the release),
   and it wakes a finished partition's children;
 - a **sweep** (scheduled) wakes every (group, partition) that has lag and no live lease,
-  deduplicated per sweep, so a wake lost anywhere is found within one sweep interval.
+  deduplicated per sweep, so a wake lost anywhere is found within one sweep interval; and
+  every one whose open tumbling window the clock has closed (its final invocation is due).
 
 A wake is only a hint: the runner reads the head, the lease and the checkpoint itself, so
 a duplicate, late or spurious wake is harmless. A commit's wake (and a runner's own) names
@@ -34,8 +35,9 @@ from typing import Any
 
 from shardlog import constants as C
 from shardlog.aws import Clients
+from shardlog.lambda_consumer.windows import closed_by_clock
 from shardlog.partitions import PartitionState, lineage_known, parents_done
-from shardlog.tables import Tables
+from shardlog.tables import Lease, Tables
 
 SEND_BATCH = 10  # SendMessageBatch's limit
 COMMIT, SWEEP, REWAKE, PARENT_ENDED = "commit", "sweep", "rewake", "parent-ended"
@@ -182,6 +184,14 @@ def sweep(tables: Tables, groups: Sequence[str], now_ms: int, sweep_id: str) -> 
                 continue
             done = int(checkpoint) if checkpoint and checkpoint.isdigit() else 0
             behind = partition.next_seq > done or (checkpoint is None and partition.next_seq > 0)
-            if behind or partition.state == PartitionState.ENDED:
+            if behind or partition.state == PartitionState.ENDED or _window_due(lease, now_ms):
                 wakes.append(Wake(group, partition_id, SWEEP, f"{partition_id}:sweep:{sweep_id}"))
     return wakes
+
+
+def _window_due(lease: Lease | None, now_ms: int) -> bool:
+    """An open tumbling window the clock has closed: its final invocation is due, though
+    no record may come to wake the partition (shardlog/lambda_consumer/windows.py)."""
+    if lease is None or lease.window_end_ms is None:
+        return False
+    return closed_by_clock(lease.window_end_ms, now_ms)

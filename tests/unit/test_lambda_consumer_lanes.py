@@ -114,7 +114,7 @@ def test_factor_1_keeps_the_attributes_of_before_lanes() -> None:
     }
     assert LaneProgress.from_item(item) == LaneProgress(1, {0: retry}, {0: pending})
     removes = LaneProgress(1).clauses().removes
-    assert set(removes) == {"#rstart", "#rend", "#rsize", "#rattempts", "#pf", "#lanes"}
+    assert set(removes) == {"#rstart", "#rend", "#rsize", "#rattempts", "#pf", "#lanes", "#window"}
 
 
 def test_lanes_above_factor_1_are_one_map_and_clear_the_other_layout() -> None:
@@ -126,5 +126,8 @@ def test_lanes_above_factor_1_are_one_map_and_clear_the_other_layout() -> None:
     item = stored(progress)
     assert set(item) == {C.ATTR_LANE_PROGRESS}
     assert LaneProgress.from_item(item) == progress
-    assert set(progress.clauses().removes) == {"#rstart", "#rend", "#rsize", "#rattempts", "#pf"}
+    assert set(progress.clauses().removes) == {
+        *("#rstart", "#rend", "#rsize", "#rattempts", "#pf"),
+        "#window",  # tumbling windows are at factor 1 only
+    }
     assert "#lanes" in LaneProgress(4).clauses().removes  # nothing left: the map goes
