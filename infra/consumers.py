@@ -30,12 +30,11 @@ CONSUMER_PARTITIONS_ACTIONS = [
     "dynamodb:UpdateItem",
 ]
 # Leases: PutItem creates a missing one, UpdateItem takes, renews, steals and checkpoints,
-# BatchGetItem reads the group's on the live set, Query lists the group's, GetItem reads one.
+# BatchGetItem reads the group's on the live set, GetItem reads one.
 CONSUMER_LEASE_ACTIONS = [
     "dynamodb:BatchGetItem",
     "dynamodb:GetItem",
     "dynamodb:PutItem",
-    "dynamodb:Query",
     "dynamodb:UpdateItem",
 ]
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]

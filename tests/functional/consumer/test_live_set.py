@@ -9,6 +9,7 @@ from shardlog import constants as C
 from shardlog.clock import ManualClock
 from shardlog.consumer.creation import GroupCreator
 from shardlog.consumer.positions import StartPosition
+from shardlog.consumer.seek import GroupSeek
 from shardlog.dal.consumers import LAMBDA, WORKERS, create_group
 from shardlog.dal.partitions import PartitionsTable, retire
 from shardlog.lambda_consumer.wake import sweep
@@ -202,3 +203,18 @@ def test_a_parent_the_index_does_not_show_is_read_by_key(aws: AwsEnv, clock: Man
     tables = Tables(aws.clients, aws.config.tables)
 
     assert sweep(tables, ["billing"], clock.now_ms(), "s1") == []
+
+
+def test_a_seek_back_revives_the_history_it_reads_again(aws: AwsEnv, clock: ManualClock) -> None:
+    _ended(aws, "old-0", 4)
+    _group(aws, "billing", {"old-0": C.SHARD_END})
+    assert _retirement(aws, clock).run().retired == ["old-0"]
+    tables = Tables(aws.clients, aws.config.tables)
+    reader = LogReader(aws.clients, aws.config.bucket, aws.config.tables)
+
+    GroupSeek(tables, reader, clock=clock).seek(
+        "billing", StartPosition.at_sequence({"old-0": 2}), "tester"
+    )
+
+    assert _live(aws) == ["old-0"]
+    assert _retirement(aws, clock).run().held == {"old-0": "billing"}
