@@ -250,6 +250,14 @@ class Tables:
             leases = {lease.partition_id: lease for lease in self.list_leases(group)}
             return LiveLineage(every, {p.partition_id: p for p in every}), leases
         lineage = self.live_lineage()
+        if not lineage.known:  # no key to read: still ask the table, so a missing one says so
+            self.clients.dynamodb.query(
+                TableName=self.names.consumers,
+                KeyConditionExpression="#g = :g",
+                ExpressionAttributeNames={"#g": C.ATTR_CONSUMER_GROUP},
+                ExpressionAttributeValues={":g": {"S": group}},
+                Limit=1,
+            )
         return lineage, self.leases_on(group, lineage.known)
 
     def _batch_get(self, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
