@@ -19,14 +19,22 @@ from infra.settings import StackSettings
 from infra.storage import Storage, own_items
 from shardlog import constants as C
 
-# Tables.list_partitions scans the (one item per shard) partitions table; get_partition reads one.
-CONSUMER_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
+# Balancing reads the live set (a Query of the live index, Storage.grant_live_set) and
+# parents it does not show by key (BatchGetItem); get_partition reads one; a group's
+# creation scans the whole table once (history included) and revives the retired partitions
+# the new group reads (UpdateItem: ``live`` back, shardlog/retirement.py).
+CONSUMER_PARTITIONS_ACTIONS = [
+    "dynamodb:BatchGetItem",
+    "dynamodb:GetItem",
+    "dynamodb:Scan",
+    "dynamodb:UpdateItem",
+]
 # Leases: PutItem creates a missing one, UpdateItem takes, renews, steals and checkpoints,
-# Query lists the group's, GetItem reads one.
+# BatchGetItem reads the group's on the live set, GetItem reads one.
 CONSUMER_LEASE_ACTIONS = [
+    "dynamodb:BatchGetItem",
     "dynamodb:GetItem",
     "dynamodb:PutItem",
-    "dynamodb:Query",
     "dynamodb:UpdateItem",
 ]
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
@@ -70,6 +78,7 @@ class ConsumerGroups(Construct):
                 resources=[storage.consumers_table.table_arn],
                 conditions=own_items(group),
             ),
+            iam.PolicyStatement(actions=["dynamodb:Query"], resources=[storage.live_index_arn]),
             iam.PolicyStatement(actions=KMS_DATA_ACTIONS, resources=[storage.key.key_arn]),
         ]
         # A digest keeps the construct id valid whatever characters the group name has, and

@@ -73,11 +73,16 @@ SHARD_SYNC_KINESIS_ACTIONS = [
     "kinesis:GetShardIterator",
     "kinesis:ListShards",
 ]
-# The partitions: listed (a Scan of the one-item-per-shard table), read, and created or moved
-# OPEN -> CLOSED -> ENDED with conditional UpdateItem (an upsert creates a new partition).
-SHARD_SYNC_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"]
+# The partitions: the live set listed (a Query of the live index, Storage.grant_live_set),
+# a shard the index does not show read by key, and created, moved OPEN -> CLOSED -> ENDED
+# or retired with conditional UpdateItem (an upsert creates a new partition).
+SHARD_SYNC_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
 # The sync reads the ingest checkpoint of a closed shard ($ingest items only).
 SHARD_SYNC_CONSUMERS_ACTIONS = ["dynamodb:GetItem"]
+# Retirement (shardlog/retirement.py) reads every group's lease items on the ENDED partitions
+# of the live set, and the lake's watermark mirror, by key (BatchGetItem, every group: it
+# must see them all), and lists the groups from the groups index (a Scan of "$group" keys).
+SHARD_SYNC_RETIREMENT_ACTIONS = ["dynamodb:BatchGetItem"]
 # Infinite retries: a batch that keeps failing blocks its shard (the iterator-age and stall
 # alarms fire) instead of being skipped. It is given up only at MaximumRecordAgeInSeconds
 # (StackSettings.max_record_age_s, below the stream's retention): Lambda then sends the shard
@@ -266,6 +271,8 @@ class Ingest(Construct):
         statements = [
             (SHARD_SYNC_KINESIS_ACTIONS, [storage.stream.stream_arn]),
             (SHARD_SYNC_PARTITIONS_ACTIONS, [storage.partitions_table.table_arn]),
+            (SHARD_SYNC_RETIREMENT_ACTIONS, [storage.consumers_table.table_arn]),
+            (["dynamodb:Scan"], [storage.groups_index_arn]),
             (KMS_DATA_ACTIONS, [storage.key.key_arn]),
         ]
         for actions, resources in statements:
@@ -273,6 +280,7 @@ class Ingest(Construct):
                 iam.PolicyStatement(actions=actions, resources=resources)
             )
         storage.grant_consumer_items(fn.role, SHARD_SYNC_CONSUMERS_ACTIONS, C.INGEST_GROUP)
+        storage.grant_live_set(fn.role)
         name_in_key_policy(storage.key, fn.role, KMS_DATA_ACTIONS, SHARD_SYNC_KEY_SERVICES)
         return fn
 

@@ -60,14 +60,16 @@ STREAM_READ_ACTIONS = [
     "dynamodb:GetShardIterator",
     "dynamodb:ListStreams",
 ]
-# The runner: a partition's head and lineage, its parents; a child list at SHARD_END (Scan).
-RUNNER_PARTITIONS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Scan"]
+# The runner: a partition's head and lineage, its parents; at SHARD_END its children from
+# the live set (a Query of the live index, Storage.grant_live_set).
+RUNNER_PARTITIONS_ACTIONS = ["dynamodb:GetItem"]
 # Its group's leases: create (PutItem), take/renew/checkpoint/release (UpdateItem), read.
 RUNNER_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
-# Registration: the partitions and their heads (one consistent Scan); the group's "$group"
-# and lease items: read, created (PutItem, conditional: never overwritten); segments, for
-# AT_TIMESTAMP's first record at or after the timestamp.
-REGISTRATION_PARTITIONS_ACTIONS = ["dynamodb:Scan"]
+# Registration: the partitions and their heads (one consistent Scan: history included), and
+# the revival of the retired ones the new group reads (UpdateItem: ``live`` back); the
+# group's "$group" and lease items: read, created (PutItem, conditional: never
+# overwritten); segments, for AT_TIMESTAMP's first record at or after the timestamp.
+REGISTRATION_PARTITIONS_ACTIONS = ["dynamodb:Scan", "dynamodb:UpdateItem"]
 REGISTRATION_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem"]
 # The SQS event source mapping's actions on the wake queue (Lambda's documented three), plus
 # sending (rewake, children). A failed wake is left to reappear: no ChangeMessageVisibility.
@@ -222,6 +224,7 @@ class LambdaConsumerGroup(Construct):
         for statement in statements:
             role.add_to_principal_policy(statement)
         storage.grant_consumer_items(role, RUNNER_CONSUMERS_ACTIONS, self.group)
+        storage.grant_live_set(role)
         name_in_key_policy(storage.key, role, KMS_DATA_ACTIONS, ["dynamodb", "s3", "sqs"])
 
     def _invoke_statement(self, function: lambda_.IFunction | None) -> iam.PolicyStatement:
@@ -388,11 +391,14 @@ class LambdaConsumers(Construct):
         assert stream_arn is not None
         statements = [
             iam.PolicyStatement(actions=STREAM_READ_ACTIONS, resources=[stream_arn]),
+            iam.PolicyStatement(actions=["dynamodb:Query"], resources=[storage.live_index_arn]),
+            # The sweep: parents the live index does not show (retired ones), by key.
             iam.PolicyStatement(
-                actions=["dynamodb:Scan"], resources=[storage.partitions_table.table_arn]
+                actions=["dynamodb:BatchGetItem"], resources=[storage.partitions_table.table_arn]
             ),
+            # ...and each group's leases on the live set, by key.
             iam.PolicyStatement(
-                actions=["dynamodb:Query"],
+                actions=["dynamodb:BatchGetItem"],
                 resources=[storage.consumers_table.table_arn],
                 conditions=own_items(*self.groups),
             ),

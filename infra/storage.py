@@ -112,6 +112,7 @@ class Storage(Construct):
             partition_key=C.ATTR_CONSUMER_GROUP,
             sort_key=C.ATTR_PARTITION_ID,
         )
+        self._indexes()
         self.stream = self._stream()
 
     @property
@@ -233,6 +234,35 @@ class Storage(Construct):
                 resources=[events],
                 conditions=exempt or None,
             )
+        )
+
+    def _indexes(self) -> None:
+        """The sparse indexes of the live set and of the groups (shardlog/retirement.py)."""
+        self.partitions_table.add_global_secondary_index(
+            index_name=C.LIVE_INDEX,
+            partition_key=dynamodb.Attribute(name=C.ATTR_LIVE, type=STRING),
+            sort_key=dynamodb.Attribute(name=C.ATTR_PARTITION_ID, type=STRING),
+            projection_type=dynamodb.ProjectionType.ALL,
+        )
+        self.consumers_table.add_global_secondary_index(
+            index_name=C.GROUPS_INDEX,
+            partition_key=dynamodb.Attribute(name=C.ATTR_GROUP_KIND, type=STRING),
+            sort_key=dynamodb.Attribute(name=C.ATTR_CONSUMER_GROUP, type=STRING),
+            projection_type=dynamodb.ProjectionType.KEYS_ONLY,
+        )
+
+    @property
+    def live_index_arn(self) -> str:
+        return f"{self.partitions_table.table_arn}/index/{C.LIVE_INDEX}"
+
+    @property
+    def groups_index_arn(self) -> str:
+        return f"{self.consumers_table.table_arn}/index/{C.GROUPS_INDEX}"
+
+    def grant_live_set(self, grantee: iam.IGrantable) -> None:
+        """Query the live index (the hot paths' read of the partitions), nothing else of it."""
+        grantee.grant_principal.add_to_principal_policy(
+            iam.PolicyStatement(actions=["dynamodb:Query"], resources=[self.live_index_arn])
         )
 
     def grant_consumer_items(

@@ -951,6 +951,31 @@ MUTATIONS = (
         ' ("#window = :window",), values={":window": progress.window.attribute()}))\n',
         ("tests/functional/lambda_consumer/test_windows.py",),
     ),
+    Mutation(
+        "retire-unchecked-group",
+        "retirement's check that every consumer group is at SHARD_END on the partition",
+        "shardlog/retirement.py",
+        "readers = group_names(self.clients, self.tables.names.consumers)",
+        "readers: list[str] = []",
+        ("tests/functional/consumer/test_live_set.py",),
+    ),
+    Mutation(
+        "retire-after-revival",
+        "the retirement's condition on the revision it was judged at (a group created since "
+        "revived the partition)",
+        "shardlog/dal/partitions.py",
+        'condition=f"#state = :ended AND attribute_exists(#live) AND {revision}",',
+        'condition="#state = :ended AND attribute_exists(#live)",',
+        ("tests/functional/consumer/test_live_set.py",),
+    ),
+    Mutation(
+        "retired-parent-not-fetched",
+        "the hot paths' read by key of a parent the live index does not show",
+        "shardlog/tables.py",
+        "return LiveLineage(live, {**parents, **by_id})",
+        "return LiveLineage(live, by_id)",
+        ("tests/functional/consumer/test_live_set.py",),
+    ),
 )
 
 

@@ -85,6 +85,14 @@ ATTR_COMMITTED_BYTES: Final = "committedBytes"
 # segments below trimTaggedSeq carry the expiry tag the bucket's lifecycle rule acts on.
 ATTR_TRIM_HORIZON: Final = "trimHorizonSeq"
 ATTR_TRIM_TAGGED: Final = "trimTaggedSeq"
+# The live set (shardlog/retirement.py, docs/TABLES.md): ``live`` is present while the
+# partition is OPEN, CLOSED or ENDED-but-needed; the sparse index LIVE_INDEX holds only the
+# items that carry it, so the hot paths Query it instead of Scanning the table.
+ATTR_LIVE: Final = "live"
+LIVE_VALUE: Final = "1"  # the one value of ``live`` (the index's partition key)
+LIVE_INDEX: Final = "live"
+ATTR_LIVE_REVISION: Final = "liveRevision"  # bumped by every revival: fences a retirement
+ATTR_RETIRED_AT: Final = "retiredAt"  # epoch ms the partition left the live set
 
 STATE_OPEN: Final = "OPEN"
 STATE_CLOSED: Final = "CLOSED"
@@ -112,6 +120,9 @@ ATTR_PENDING_CHECKPOINT: Final = "pendingCheckpoint"
 GROUP_ITEM_PREFIX: Final = "$"
 GROUP_ITEM_ID: Final = "$group"
 ATTR_GROUP_KIND: Final = "groupKind"  # "lambda" (see docs/CONSUMERS.md)
+# The sparse index of the consumers table keyed on groupKind: only "$group" items carry it,
+# so it lists every group without reading a lease (retirement asks it).
+GROUPS_INDEX: Final = "groups"
 ATTR_GROUP_CREATED_AT: Final = "groupCreatedAt"  # epoch ms of the group's creation
 ATTR_GROUP_START_POSITION: Final = "groupStartPosition"  # the position it was created with
 ATTR_GROUP_START_POSITIONS: Final = "groupStartPositions"  # JSON: partition -> first seq

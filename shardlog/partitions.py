@@ -67,11 +67,12 @@ def parents_done(
 
     A parent the partitions table does not know (trimmed from Kinesis before shard sync
     ever saw it) holds nothing of the log and does not block its children, the
-    way KCL treats a missing parent lease; this avoids KCL's stuck children.
+    way KCL treats a missing parent lease; this avoids KCL's stuck children. A retired
+    parent (shardlog/retirement.py) is done for every group.
     """
     for parent in parents:
         info = partitions.get(parent)
-        if info is None:
+        if info is None or info.retired:
             continue
         lease = leases.get(parent)
         if info.state != PartitionState.ENDED or lease is None or lease.checkpoint != C.SHARD_END:

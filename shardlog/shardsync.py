@@ -6,7 +6,12 @@ closed shard is committed: the ingest checkpoint reached EndingSequenceNumber,
 or (since AWS's EndingSequenceNumber is a range bound, not always a record) a
 read after the checkpoint finds the end of the shard with no record left.
 
-Its writes are shardlog/dal/partitions.py's (``record_lineage``, ``close``, ``end``).
+It reads the live set only (shardlog/retirement.py): one Query of the live index, and by
+key each listed shard the index does not show (a new shard, or a retired one still in
+Kinesis's retention: skipped, it is done for everyone). Its last step is a retirement pass.
+
+Its writes are shardlog/dal/partitions.py's (``record_lineage``, ``close``, ``end``,
+``retire``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.dal.partitions import PartitionsTable
 from shardlog.partitions import PartitionState, reaches_end
+from shardlog.retirement import Retirement
 from shardlog.tables import PartitionInfo, TableNames, Tables
 
 _END_PROBE_CALLS = 5
@@ -28,6 +34,7 @@ class SyncResult:
     created: list[str] = field(default_factory=list)
     closed: list[str] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
     shards: int = 0
 
 
@@ -51,23 +58,35 @@ def parents_of(shard: dict[str, Any]) -> tuple[str, ...]:
 
 class ShardSync:
     def __init__(
-        self, clients: Clients, stream_name: str, tables: TableNames | None = None
+        self,
+        clients: Clients,
+        stream_name: str,
+        tables: TableNames | None = None,
+        *,
+        retirement: Retirement | None = None,
     ) -> None:
         self.clients = clients
         self.stream_name = stream_name
         self.tables = Tables(clients, tables)
         self.partitions = PartitionsTable(clients, tables)
+        self.retirement = retirement or Retirement(clients, tables)
 
     def sync(self) -> SyncResult:
         result = SyncResult()
         shards = list_shards(self.clients.kinesis, self.stream_name)
-        known = {p.partition_id: p for p in self.tables.list_partitions()}
+        known = {p.partition_id: p for p in self.tables.live_partitions()}
         result.shards = len(shards)
         for shard in shards:
             shard_id = shard["ShardId"]
             ending = shard["SequenceNumberRange"].get("EndingSequenceNumber")
             partition = known.get(shard_id)
-            if partition is None or partition.starting_hash_key is None:
+            unindexed = False
+            if partition is None:  # new, retired, or an item written before the index
+                partition = self.tables.get_partition(shard_id)
+                if partition is not None and partition.retired:
+                    continue  # done for everyone: history, not work
+                unindexed = partition is not None
+            if partition is None or partition.starting_hash_key is None or unindexed:
                 if self._record_lineage(shard, exists=partition is not None):
                     result.created.append(shard_id)
                 partition = self.tables.get_partition(shard_id)
@@ -82,6 +101,7 @@ class ShardSync:
             if partition.state == PartitionState.CLOSED and self._fully_ingested(partition):
                 self.partitions.end(shard_id)
                 result.ended.append(shard_id)
+        result.retired = self.retirement.run().retired
         return result
 
     def _record_lineage(self, shard: dict[str, Any], *, exists: bool) -> bool:

@@ -3,10 +3,12 @@ for the CLI and the console, so both show the same numbers.
 
 Ingest: per partition its state, head, ingest checkpoint, lease owner and (optionally) lag.
 
-The rows come from one Scan of the partitions table and one Query of the ingest group's
-leases. The lag (records in the shard past the ingest checkpoint) reads the shard itself:
-up to ``LAG_MAX_PAGES`` GetRecords plus one GetShardIterator per partition that is not
-ENDED, so callers that are looked at often (the console) ask for it only on demand.
+The rows come from the live set (one Query of the live index, the ingest group's leases on
+it by key), or with ``history`` (`--all`) from one Scan of the partitions table and one
+Query of the ingest group's leases. The lag (records in the shard past the ingest
+checkpoint) reads the shard itself: up to ``LAG_MAX_PAGES`` GetRecords plus one
+GetShardIterator per partition that is not ENDED, so callers that are looked at often
+(the console) ask for it only on demand.
 
 A consumer group: ``shardlog.consumer.status.group_progress`` per partition, with the lag in
 ms (one read of the oldest undelivered record per lagging partition), the group's kind and
@@ -31,13 +33,18 @@ LAG_PAGE_RECORDS = 10_000
 
 
 def ingest_rows(
-    clients: Clients, stream_name: str, tables: TableNames, *, with_lag: bool = True
+    clients: Clients,
+    stream_name: str,
+    tables: TableNames,
+    *,
+    with_lag: bool = True,
+    history: bool = False,
 ) -> list[dict[str, Any]]:
-    """`shardlog status --json`'s rows; ``lagRecords`` None when not read or unknown."""
-    reader = Tables(clients, tables)
-    leases = {lease.partition_id: lease for lease in reader.list_leases(C.INGEST_GROUP)}
+    """`shardlog status --json`'s rows; ``lagRecords`` None when not read or unknown.
+    ``history`` (`--all`): retired partitions too."""
+    lineage, leases = Tables(clients, tables).group_view(C.INGEST_GROUP, history=history)
     rows = []
-    for partition in reader.list_partitions():
+    for partition in lineage.live:
         lease = leases.get(partition.partition_id)
         rows.append(
             {
@@ -51,6 +58,7 @@ def ingest_rows(
                 if with_lag
                 else None,
                 "parents": list(partition.parents),
+                "retired": partition.retired,
             }
         )
     return rows
@@ -86,11 +94,17 @@ def ingest_lag(
 
 
 def group_rows(
-    clients: Clients, bucket: str, tables: TableNames, group: str, now_ms: int
+    clients: Clients,
+    bucket: str,
+    tables: TableNames,
+    group: str,
+    now_ms: int,
+    *,
+    history: bool = False,
 ) -> list[dict[str, Any]]:
     """`shardlog status --group G --json`'s rows (NotFoundError for an unknown group)."""
     names = Tables(clients, tables)
-    rows = group_progress(names, group, now_ms)
+    rows = group_progress(names, group, now_ms, history=history)
     reader = LogReader(clients, bucket, tables, prefetch=1)
     summary = read_group_summary(clients, tables.consumers, group)
     kind = summary.kind or "workers"

@@ -10,7 +10,7 @@ a domain error, so a ``ConditionalCheckFailedException`` never leaks past it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 
 from shardlog import constants as C
 from shardlog.aws import Clients
-from shardlog.exceptions import CONDITIONAL_CHECK_FAILED, aws_error_code
+from shardlog.exceptions import CONDITIONAL_CHECK_FAILED, ShardlogError, aws_error_code
 
 _DESERIALIZER = TypeDeserializer()
 
@@ -99,6 +99,8 @@ class PartitionInfo:
     committed_bytes: int = 0
     trim_horizon: int = 0  # below it the log answers "trimmed" (shardlog/retention.py)
     trim_tagged: int = 0  # segments below it carry the expiry tag
+    retired: bool = False  # out of the live set: done for every group and the lake
+    live_revision: int = 0  # revivals so far (a retirement is conditional on it)
 
     @classmethod
     def from_item(cls, raw: dict[str, Any]) -> PartitionInfo:
@@ -121,6 +123,8 @@ class PartitionInfo:
             committed_bytes=int(item.get(C.ATTR_COMMITTED_BYTES, 0)),
             trim_horizon=int(item.get(C.ATTR_TRIM_HORIZON, 0)),
             trim_tagged=int(item.get(C.ATTR_TRIM_TAGGED, 0)),
+            retired=C.ATTR_RETIRED_AT in item and C.ATTR_LIVE not in item,
+            live_revision=int(item.get(C.ATTR_LIVE_REVISION, 0)),
         )
 
 
@@ -174,6 +178,19 @@ def consumer_key(group: str, partition_id: str) -> dict[str, Any]:
     return {C.ATTR_CONSUMER_GROUP: {"S": group}, C.ATTR_PARTITION_ID: {"S": partition_id}}
 
 
+@dataclass(frozen=True)
+class LiveLineage:
+    """What a hot path reads: ``live`` (the partitions to act on) and ``known`` (those and
+    their parents out of the live set, for parents-before-children checks)."""
+
+    live: list[PartitionInfo]
+    known: dict[str, PartitionInfo]
+
+
+_BATCH_GET_MAX = 100  # keys per BatchGetItem (DynamoDB's limit)
+_BATCH_GET_ROUNDS = 8  # rounds of UnprocessedKeys before giving up (bounded)
+
+
 class Tables:
     """Reads of both tables."""
 
@@ -196,6 +213,78 @@ class Tables:
             for item in page.get("Items", [])
         ]
         return sorted(partitions, key=lambda p: p.partition_id)
+
+    def live_partitions(self) -> list[PartitionInfo]:
+        """The live set: the partitions not retired (shardlog/retirement.py), by one Query of
+        the sparse index, whatever the history. The index is eventually consistent: a state
+        read here may lag, never run ahead (every state change is one way)."""
+        paginator = self.clients.dynamodb.get_paginator("query")
+        pages = paginator.paginate(
+            TableName=self.names.partitions,
+            IndexName=C.LIVE_INDEX,
+            KeyConditionExpression="#live = :live",
+            ExpressionAttributeNames={"#live": C.ATTR_LIVE},
+            ExpressionAttributeValues={":live": {"S": C.LIVE_VALUE}},
+        )
+        partitions = [PartitionInfo.from_item(i) for page in pages for i in page.get("Items", [])]
+        return sorted(partitions, key=lambda p: p.partition_id)
+
+    def live_lineage(self) -> LiveLineage:
+        """The live set, and (consistent reads) every parent of it the index does not show:
+        a retired parent (done for everyone), or one the index has not caught up with yet,
+        which must not pass for done."""
+        live = self.live_partitions()
+        by_id = {p.partition_id: p for p in live}
+        absent = sorted({q for p in live for q in p.parents} - set(by_id))
+        items = self._batch_get(self.names.partitions, [partition_key(q) for q in absent])
+        parents = {p.partition_id: p for p in map(PartitionInfo.from_item, items)}
+        return LiveLineage(live, {**parents, **by_id})
+
+    def leases_on(self, group: str, partition_ids: Iterable[str]) -> dict[str, Lease]:
+        """The group's lease items on these partitions (consistent reads, 100 a request):
+        what a hot path needs, without reading the leases of retired partitions."""
+        keys = [consumer_key(group, pid) for pid in sorted(set(partition_ids))]
+        leases = map(Lease.from_item, self._batch_get(self.names.consumers, keys))
+        return {lease.partition_id: lease for lease in leases}
+
+    def group_view(
+        self, group: str, *, history: bool = False
+    ) -> tuple[LiveLineage, dict[str, Lease]]:
+        """What a status reads of a group: the live set (``history``: every partition, one
+        Scan, and the group's every lease) and the group's leases on them."""
+        if history:
+            every = self.list_partitions()
+            leases = {lease.partition_id: lease for lease in self.list_leases(group)}
+            return LiveLineage(every, {p.partition_id: p for p in every}), leases
+        lineage = self.live_lineage()
+        if not lineage.known:  # no key to read: still ask the table, so a missing one says so
+            self.clients.dynamodb.query(
+                TableName=self.names.consumers,
+                KeyConditionExpression="#g = :g",
+                ExpressionAttributeNames={"#g": C.ATTR_CONSUMER_GROUP},
+                ExpressionAttributeValues={":g": {"S": group}},
+                Limit=1,
+            )
+        return lineage, self.leases_on(group, lineage.known)
+
+    def _batch_get(self, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        for start in range(0, len(keys), _BATCH_GET_MAX):
+            pending: dict[str, Any] = {
+                table: {"Keys": keys[start : start + _BATCH_GET_MAX], "ConsistentRead": True}
+            }
+            for _ in range(_BATCH_GET_ROUNDS):
+                response = self.clients.dynamodb.batch_get_item(RequestItems=pending)
+                items += response.get("Responses", {}).get(table, [])
+                pending = response.get("UnprocessedKeys") or {}
+                if not pending:
+                    break
+            if pending:
+                raise ShardlogError(
+                    f"BatchGetItem on {table}: keys still unprocessed after "
+                    f"{_BATCH_GET_ROUNDS} rounds (throttled); nothing was decided from them"
+                )
+        return items
 
     def get_lease(self, group: str, partition_id: str) -> Lease | None:
         response = self.clients.dynamodb.get_item(
@@ -248,6 +337,9 @@ PLACEHOLDERS: Final = {
     "#bytes": C.ATTR_COMMITTED_BYTES,
     "#horizon": C.ATTR_TRIM_HORIZON,
     "#tagged": C.ATTR_TRIM_TAGGED,
+    "#live": C.ATTR_LIVE,
+    "#liveRevision": C.ATTR_LIVE_REVISION,
+    "#retiredAt": C.ATTR_RETIRED_AT,
     "#kind": C.ATTR_GROUP_KIND,
     "#created": C.ATTR_GROUP_CREATED_AT,
     "#seekOwner": ATTR_SEEK_OWNER,

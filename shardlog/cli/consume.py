@@ -318,13 +318,17 @@ def epoch_ms(value: str) -> int:
     return int(parsed.timestamp() * 1000)
 
 
-def echo_group_status(config: ShardlogConfig, group: str, as_json: bool) -> None:
+def echo_group_status(
+    config: ShardlogConfig, group: str, as_json: bool, *, history: bool = False
+) -> None:
     """`shardlog status --group G`: per partition, owner, checkpoint and lag in records."""
     try:
         validate_group(group)
     except ValidationError as exc:
         raise click.BadParameter(str(exc)) from None
-    rows = group_rows(config.clients(), config.bucket, config.tables, group, SystemClock().now_ms())
+    now_ms = SystemClock().now_ms()
+    clients = config.clients()
+    rows = group_rows(clients, config.bucket, config.tables, group, now_ms, history=history)
     kind = rows[0]["groupKind"] if rows else "workers"
     if as_json:
         click.echo(json.dumps(rows, indent=2))

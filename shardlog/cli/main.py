@@ -483,15 +483,22 @@ def _produce_via_api(
 @cli.command()
 @click.option("--group", help="A consumer group: per partition its owner, checkpoint and lag.")
 @click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--all",
+    "history",
+    is_flag=True,
+    help="Retired partitions too (history: one Scan of the partitions table).",
+)
 @click.pass_context
-def status(ctx: click.Context, group: str | None, as_json: bool) -> None:
-    """Per partition: state, next seq, trim horizon (the first seq still readable), ingest
-    checkpoint, lease owner, lag (records behind)."""
+def status(ctx: click.Context, group: str | None, as_json: bool, history: bool) -> None:
+    """Per live partition: state, next seq, trim horizon (the first seq still readable),
+    ingest checkpoint, lease owner, lag (records behind). Retired partitions (done for every
+    group and the lake) only with --all."""
     config = _config(ctx)
     if group is not None:
-        echo_group_status(config, group, as_json)
+        echo_group_status(config, group, as_json, history=history)
         return
-    rows = ingest_rows(config.clients(), config.stream_name, config.tables)
+    rows = ingest_rows(config.clients(), config.stream_name, config.tables, history=history)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

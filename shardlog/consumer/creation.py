@@ -31,6 +31,10 @@ Protocol:
    the map in ``$group`` is the record. A partition absent from the map appeared after
    creation: its lease item has no checkpoint and it is read from seq 0.
 
+4. **History.** Every ENDED partition the group does not start at ``SHARD_END`` is revived
+   into the live set (shardlog/retirement.py): a retired partition holds history the new
+   group reads, and the revival refuses any retirement judged before the group existed.
+
 A group registered before the map existed (an earlier version) gets the map on its next
 registration, computed then; partitions it already has lease items for keep them.
 """
@@ -48,6 +52,7 @@ from shardlog.exceptions import ConfigurationError
 from shardlog.lease import LeaseManager
 from shardlog.partitions import PartitionState, lineage_known, lineage_order
 from shardlog.reader import LogReader
+from shardlog.retirement import needs_history, revive_for
 from shardlog.tables import PartitionInfo, Tables
 
 logger = logging.getLogger("shardlog.consumer")
@@ -141,6 +146,8 @@ class GroupCreator:
             assert found is not None, "a refused creation leaves the group that refused it"
             return self._found(found, kind, start, strict=strict)
         self.ensure_leases(record, partitions)
+        # After the $group item: a retirement pass that did not see this group is refused.
+        revive_for(self.clients, self.tables.names, needs_history(partitions, positions))
         logger.info(
             "group %s (%s) created at %s: %s",
             group,

@@ -83,6 +83,7 @@ from shardlog.dal.seek import (
 from shardlog.exceptions import LeaseLostError, NotFoundError, ValidationError
 from shardlog.partitions import PartitionState, lineage_order
 from shardlog.reader import LogReader
+from shardlog.retirement import revive_for
 from shardlog.tables import Lease, PartitionInfo, Tables
 
 logger = logging.getLogger("shardlog.consumer")
@@ -312,6 +313,9 @@ class GroupSeek:
                 self._place(group, held.pop(move.partition_id).lease, move.new, seeker)
             for unmoved in list(held):
                 self.writes.release(held.pop(unmoved).lease)
+            # After the moves: history the group reads again is live (shardlog/retirement.py).
+            back = [m for m in moves if m.state == C.STATE_ENDED and m.new != C.SHARD_END]
+            revive_for(self.tables.clients, self.tables.names, (m.partition_id for m in back))
         except BaseException:
             self._give_back(group, held, seeker)
             raise

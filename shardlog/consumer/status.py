@@ -51,11 +51,14 @@ def lag_records(next_seq: int, checkpoint: str | None) -> int:
     return max(0, next_seq - done)
 
 
-def group_progress(tables: Tables, group: str, now_ms: int) -> list[PartitionProgress]:
-    """Per partition, the group's progress; NotFoundError for a group that has neither a
-    lease nor a group item (no worker of it ever started, no Lambda group of that name)."""
-    partitions = {p.partition_id: p for p in tables.list_partitions()}
-    leases = {lease.partition_id: lease for lease in tables.list_leases(group)}
+def group_progress(
+    tables: Tables, group: str, now_ms: int, *, history: bool = False
+) -> list[PartitionProgress]:
+    """Per partition of the live set (``history``: every partition), the group's progress;
+    NotFoundError for a group that has neither a lease nor a group item (no worker of it
+    ever started, no Lambda group of that name)."""
+    lineage, leases = tables.group_view(group, history=history)
+    partitions = lineage.known
     if not leases and group_kind(tables, group) is None:
         raise NotFoundError(
             f"no consumer group {group!r} in table {tables.names.consumers}: it has no lease "
@@ -63,7 +66,8 @@ def group_progress(tables: Tables, group: str, now_ms: int) -> list[PartitionPro
             "group when it is deployed or `shardlog local up` registers it)"
         )
     rows = []
-    for partition_id, partition in sorted(partitions.items()):
+    for partition in lineage.live:
+        partition_id = partition.partition_id
         lease = leases.get(partition_id)
         checkpoint = lease.checkpoint if lease else None
         rows.append(

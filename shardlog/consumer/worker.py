@@ -268,15 +268,17 @@ class Worker:
 
     # --- leases --------------------------------------------------------------------------
     def _balance(self, now: int) -> None:
-        partitions = {p.partition_id: p for p in self.tables.list_partitions()}
-        leases = self.tables.list_leases(self.group)
+        # The live set and its parents, and the group's leases on them: never the history.
+        lineage = self.tables.live_lineage()
+        partitions = lineage.known
+        leases = list(self.tables.leases_on(self.group, partitions).values())
         known = {lease.partition_id for lease in leases}
         # Lease items copy parentPartitionIds: create them once shard sync recorded lineage.
         group = self._group_record(leases)
-        missing = [p for pid, p in partitions.items() if pid not in known and lineage_known(p)]
+        missing = [p for p in lineage.live if p.partition_id not in known and lineage_known(p)]
         if missing:
             self._creator.ensure_leases(group, missing)
-            leases = self.tables.list_leases(self.group)
+            leases = list(self.tables.leases_on(self.group, partitions).values())
         for lease in leases:  # a listed owner other than us: taken, whatever our copy says
             consumer = self._consumers.get(lease.partition_id)
             if consumer is not None and lease.owner != self.worker_id:

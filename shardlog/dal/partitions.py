@@ -16,6 +16,9 @@ here, once:
 - ``advance_horizon`` and ``mark_tagged``: retention's two writes (shardlog/retention.py),
   each conditional on only moving its field up, the horizon never past the head and the
   tagged mark never past the horizon.
+- ``retire`` and ``revive``: the live set (shardlog/retirement.py): an ENDED partition
+  leaves it, conditional on the revision it was judged at; a revival brings it back and
+  bumps that revision, so a retirement judged before it cannot land after it.
 
 The benchmarks' fixtures (``increment_head``, ``set_head``) write without a fence and are
 never used by the log itself.
@@ -29,6 +32,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.constants import ATTR_NEXT_SEQUENCE_NUMBER
 from shardlog.exceptions import ShardlogError
@@ -54,9 +58,12 @@ TRANSACTIONAL_WRITE: Final = "TransactWriteItems"
 
 # --- state clauses -------------------------------------------------------------------------
 def initial_state() -> tuple[tuple[str, ...], dict[str, dict[str, str]]]:
-    """The state clause of a write that may create the partition item: it starts OPEN
-    (and an existing item keeps its state)."""
-    return ("#state = if_not_exists(#state, :open)",), {":open": s(PartitionState.OPEN)}
+    """The state clauses of a write that may create the partition item: it starts OPEN
+    (and an existing item keeps its state), in the live set."""
+    return (
+        "#state = if_not_exists(#state, :open)",
+        "#live = :live",
+    ), {":open": s(PartitionState.OPEN), ":live": s(C.LIVE_VALUE)}
 
 
 def state_on_commit(
@@ -106,6 +113,40 @@ def close(clients: Clients, table: str, partition_id: str, ending_kinesis_seq: s
 def end(clients: Clients, table: str, partition_id: str) -> bool:
     """CLOSED -> ENDED. False when it was not CLOSED (another sync or the commit did it)."""
     update = transition(table, partition_id, PartitionState.CLOSED, PartitionState.ENDED)
+    return update_item(clients, update).written
+
+
+# --- the live set ----------------------------------------------------------------------
+def retire(clients: Clients, table: str, partition: PartitionInfo, now_ms: int) -> bool:
+    """Take an ENDED partition out of the live set (``live`` removed, ``retiredAt`` set),
+    only while it is still at the revision it was judged at (no revival since). False when
+    refused: revived, already retired, or not ENDED."""
+    if partition.live_revision:
+        revision, values = "#liveRevision = :rev", {":rev": n(partition.live_revision)}
+    else:
+        revision, values = "attribute_not_exists(#liveRevision)", {}
+    update = Update(
+        table,
+        partition_key(partition.partition_id),
+        ("#retiredAt = :now",),
+        ("#live",),
+        condition=f"#state = :ended AND attribute_exists(#live) AND {revision}",
+        values={":now": n(now_ms), ":ended": s(PartitionState.ENDED), **values},
+    )
+    return update_item(clients, update).written
+
+
+def revive(clients: Clients, table: str, partition_id: str) -> bool:
+    """Bring a partition (back) into the live set and bump its revision, which refuses any
+    retirement judged before. False when there is no such partition item."""
+    update = Update(
+        table,
+        partition_key(partition_id),
+        ("#live = :live", "#liveRevision = if_not_exists(#liveRevision, :zero) + :one"),
+        ("#retiredAt",),
+        condition="attribute_exists(#state)",
+        values={":live": s(C.LIVE_VALUE), ":zero": n(0), ":one": n(1)},
+    )
     return update_item(clients, update).written
 
 
@@ -296,6 +337,33 @@ class PartitionsTable:
             ReturnValues="UPDATED_NEW",
         )
         return int(response["Attributes"][ATTR_NEXT_SEQUENCE_NUMBER]["N"]) - 1
+
+    def write_history(self, partition_ids: Sequence[str], head: int, retired_at_ms: int) -> None:
+        """Items of ENDED partitions already retired (out of the live set), as a long-lived
+        stream leaves them: the history benchmark's and budget tests' fixture."""
+        items = [
+            {
+                "PutRequest": {
+                    "Item": {
+                        **partition_key(pid),
+                        C.ATTR_STATE: s(PartitionState.ENDED),
+                        C.ATTR_NEXT_SEQUENCE_NUMBER: n(head),
+                        C.ATTR_PARENT_PARTITION_IDS: {"L": []},
+                        C.ATTR_STARTING_HASH_KEY: s("0"),
+                        C.ATTR_ENDING_HASH_KEY: s(str(C.MAX_HASH_KEY)),
+                        C.ATTR_RETIRED_AT: n(retired_at_ms),
+                    }
+                }
+            }
+            for pid in partition_ids
+        ]
+        for start in range(0, len(items), 25):  # BatchWriteItem's limit
+            pending = {self.names.partitions: items[start : start + 25]}
+            for _ in range(8):
+                response = self.clients.dynamodb.batch_write_item(RequestItems=pending)
+                pending = response.get("UnprocessedItems") or {}
+                if not pending:
+                    break
 
     def set_head(self, partition_id: str, next_seq: int) -> None:
         """Set the head of a log whose segments a fixture wrote itself (no fence)."""

@@ -234,7 +234,7 @@ class Runner:
         if session.shard_end:
             children = [
                 p.partition_id
-                for p in self.tables.list_partitions()
+                for p in self.tables.live_partitions()  # a child outlives its parents there
                 if session.partition_id in p.parents
             ]
             self.wakes.send(

@@ -166,12 +166,16 @@ def wakes_from_changes(
 
 
 def sweep(tables: Tables, groups: Sequence[str], now_ms: int, sweep_id: str) -> list[Wake]:
-    """Wakes for every (group, partition) that has something to do and no live lease."""
-    partitions = {p.partition_id: p for p in tables.list_partitions()}
+    """Wakes for every (group, partition) of the live set that has something to do and no
+    live lease. Its reads are bounded by the live set, never by retired history: one Query
+    of the live index, the parents it does not show by key, the groups' leases on them."""
+    lineage = tables.live_lineage()
+    partitions = lineage.known
     wakes: list[Wake] = []
     for group in groups:
-        leases = {lease.partition_id: lease for lease in tables.list_leases(group)}
-        for partition_id, partition in partitions.items():
+        leases = tables.leases_on(group, partitions)
+        for partition in lineage.live:
+            partition_id = partition.partition_id
             lease = leases.get(partition_id)
             if lease is not None and lease.is_live(now_ms):
                 continue  # its runner is at work (or a zombie whose lease will expire)

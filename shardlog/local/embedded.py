@@ -72,6 +72,30 @@ class EmbeddedAWS:
         self.stop()
 
 
+def live_index() -> dict[str, Any]:
+    """The partitions table's sparse index of the live set (shardlog/retirement.py)."""
+    return {
+        "IndexName": C.LIVE_INDEX,
+        "KeySchema": [
+            {"AttributeName": C.ATTR_LIVE, "KeyType": "HASH"},
+            {"AttributeName": C.ATTR_PARTITION_ID, "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "ALL"},
+    }
+
+
+def groups_index() -> dict[str, Any]:
+    """The consumers table's sparse index of the groups (only "$group" items have a kind)."""
+    return {
+        "IndexName": C.GROUPS_INDEX,
+        "KeySchema": [
+            {"AttributeName": C.ATTR_GROUP_KIND, "KeyType": "HASH"},
+            {"AttributeName": C.ATTR_CONSUMER_GROUP, "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }
+
+
 def resource_specs(config: ShardlogConfig, shard_count: int) -> dict[str, Any]:
     """The resources the local runtime creates, in the shape of their create calls."""
     string = "S"
@@ -80,8 +104,10 @@ def resource_specs(config: ShardlogConfig, shard_count: int) -> dict[str, Any]:
             "TableName": config.partitions_table,
             "KeySchema": [{"AttributeName": C.ATTR_PARTITION_ID, "KeyType": "HASH"}],
             "AttributeDefinitions": [
-                {"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": string}
+                {"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": string},
+                {"AttributeName": C.ATTR_LIVE, "AttributeType": string},
             ],
+            "GlobalSecondaryIndexes": [live_index()],
             "BillingMode": "PAY_PER_REQUEST",
             "StreamSpecification": {
                 "StreamEnabled": True,
@@ -97,7 +123,9 @@ def resource_specs(config: ShardlogConfig, shard_count: int) -> dict[str, Any]:
             "AttributeDefinitions": [
                 {"AttributeName": C.ATTR_CONSUMER_GROUP, "AttributeType": string},
                 {"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": string},
+                {"AttributeName": C.ATTR_GROUP_KIND, "AttributeType": string},
             ],
+            "GlobalSecondaryIndexes": [groups_index()],
             "BillingMode": "PAY_PER_REQUEST",
         },
         "stream": {"StreamName": config.stream_name, "ShardCount": shard_count},

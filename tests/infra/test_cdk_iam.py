@@ -157,19 +157,27 @@ def test_shard_sync_role_grants(synth: Synthesized) -> None:
         "kinesis:GetShardIterator",
         "kinesis:ListShards",
     }
-    assert grants[consumers] == {"dynamodb:GetItem"}
+    # GetItem: the $ingest checkpoint; BatchGetItem: retirement reads every group's leases.
+    assert grants[consumers] == {"dynamodb:GetItem", "dynamodb:BatchGetItem"}
     assert not any("s3:" in a for actions in grants.values() for a in actions)
 
 
-def test_shard_sync_lists_the_partitions_with_a_scan(synth: Synthesized) -> None:
-    """Shard sync lists every partition (Tables.list_partitions: a Scan) on each run; without
-    dynamodb:Scan every run fails on AWS, so no partition is ever CLOSED or ENDED and children
-    wait for ever (the IAM replay found it). It creates partitions with an UpdateItem upsert
-    and never queries: no PutItem, no Query."""
+def test_shard_sync_reads_the_live_set_and_lists_the_groups_from_their_index(
+    synth: Synthesized,
+) -> None:
+    """Shard sync lists the live set (a Query of the live index, never a Scan of the table);
+    without dynamodb:Query on the index every run fails on AWS, so no partition is ever
+    CLOSED or ENDED and children wait for ever. It creates, moves and retires partitions
+    with UpdateItem (no PutItem), and lists the groups with a Scan of the groups index."""
     storage = synth.stack.storage
     grants = _grants(synth, synth.stack.ingest.shard_sync.role)
-    partitions = str({"Fn::GetAtt": [synth.logical_id(storage.partitions_table), "Arn"]})
-    assert grants[partitions] == {"dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"}
+    table = {"Fn::GetAtt": [synth.logical_id(storage.partitions_table), "Arn"]}
+    assert grants[str(table)] == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    live = str({"Fn::Join": ["", [table, f"/index/{C.LIVE_INDEX}"]]})
+    assert grants[live] == {"dynamodb:Query"}
+    consumers = {"Fn::GetAtt": [synth.logical_id(storage.consumers_table), "Arn"]}
+    groups = str({"Fn::Join": ["", [consumers, f"/index/{C.GROUPS_INDEX}"]]})
+    assert grants[groups] == {"dynamodb:Scan"}
 
 
 def test_producer_role_can_only_put_records(synth: Synthesized) -> None:
@@ -260,6 +268,9 @@ def test_each_role_touches_only_its_own_consumers_items(
     statements = _consumer_statements(synth, _shardlog_roles(synth)[role_name])
     assert statements, role_name
     for statement in statements:
+        if role_name == "shard_sync" and _as_list(statement["Action"]) == ["dynamodb:BatchGetItem"]:
+            continue  # retirement reads every group's leases (shardlog/retirement.py): no write
+
         # e.g. Spark may advance the compaction watermark, never an ingest lease
         assert statement["Condition"] == _own_items(group), role_name
 
@@ -302,9 +313,9 @@ def test_each_consumer_group_gets_a_policy_for_its_own_items() -> None:
         (leases,) = [s for s in statements if s["Resource"] == consumers]
         assert leases["Condition"] == _own_items(group)
         assert set(leases["Action"]) == {
+            "dynamodb:BatchGetItem",
             "dynamodb:GetItem",
             "dynamodb:PutItem",
-            "dynamodb:Query",
             "dynamodb:UpdateItem",
         }
         for statement in statements:

@@ -158,9 +158,10 @@ def test_each_group_is_registered_at_deploy_before_its_runner_is_fed(
 def test_registration_reads_the_log_and_creates_only_the_groups_items(
     synth: Synthesized,
 ) -> None:
-    """Least privilege: it reads partitions and segments, and may create and read the Lambda
-    groups' items only (PutItem is conditional in the code: never an overwrite); no update,
-    no delete, nothing else."""
+    """Least privilege: it reads partitions and segments (and revives the retired
+    partitions a new group reads: UpdateItem on the partitions table), and may create and
+    read the Lambda groups' items only (PutItem is conditional in the code: never an
+    overwrite); no update of them, no delete, nothing else."""
     consumers = synth.stack.lambda_consumers
     assert consumers.registration is not None
     storage = synth.stack.storage
@@ -174,7 +175,9 @@ def test_registration_reads_the_log_and_creates_only_the_groups_items(
     partitions = json.dumps(
         {"Fn::GetAtt": [synth.logical_id(storage.partitions_table), "Arn"]}, sort_keys=True
     )
-    assert actions_of(by_resource[partitions]) == {"dynamodb:Scan"}
+    # Scan: the partitions at creation, history included; UpdateItem: the revival of the
+    # retired ones the group reads (shardlog/retirement.py).
+    assert actions_of(by_resource[partitions]) == {"dynamodb:Scan", "dynamodb:UpdateItem"}
     everything = {a for s in granted for a in actions_of(s)}
     assert everything - XRAY == {
         "logs:CreateLogStream",
@@ -182,6 +185,7 @@ def test_registration_reads_the_log_and_creates_only_the_groups_items(
         "dynamodb:GetItem",
         "dynamodb:PutItem",
         "dynamodb:Scan",
+        "dynamodb:UpdateItem",
         "s3:ListBucket",
         "s3:GetObject",
         "kms:Decrypt",

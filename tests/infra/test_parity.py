@@ -12,6 +12,7 @@ from typing import Any
 from aws_cdk.assertions import Template
 
 from shardlog import constants as C
+from shardlog.local.embedded import groups_index, live_index
 from shardlog.tables import TableNames
 from tests.infra.cdk_synth import Synthesized
 
@@ -44,6 +45,7 @@ def _table(template: Template, hash_key: str) -> dict[str, Any]:
         "AttributeDefinitions": sorted(
             props["AttributeDefinitions"], key=lambda a: a["AttributeName"]
         ),
+        "GlobalSecondaryIndexes": props.get("GlobalSecondaryIndexes", []),
     }
 
 
@@ -69,7 +71,11 @@ def synthesized_resource_specs(template: Template) -> dict[str, dict[str, Any]]:
 def test_partitions_table_key_matches_constants(template: Template) -> None:
     assert synthesized_resource_specs(template)["partitions_table"] == {
         "KeySchema": [{"AttributeName": C.ATTR_PARTITION_ID, "KeyType": "HASH"}],
-        "AttributeDefinitions": [{"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": "S"}],
+        "AttributeDefinitions": [
+            {"AttributeName": C.ATTR_LIVE, "AttributeType": "S"},
+            {"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": "S"},
+        ],
+        "GlobalSecondaryIndexes": [live_index()],  # the live set (shardlog/retirement.py)
     }
 
 
@@ -81,8 +87,10 @@ def test_consumers_table_key_matches_constants(template: Template) -> None:
         ],
         "AttributeDefinitions": [
             {"AttributeName": C.ATTR_CONSUMER_GROUP, "AttributeType": "S"},
+            {"AttributeName": C.ATTR_GROUP_KIND, "AttributeType": "S"},
             {"AttributeName": C.ATTR_PARTITION_ID, "AttributeType": "S"},
         ],
+        "GlobalSecondaryIndexes": [groups_index()],  # the groups' "$group" items
     }
 
 
@@ -136,6 +144,9 @@ def test_local_runtime_creates_what_the_stack_synthesizes(
         assert (
             sorted(local[table]["AttributeDefinitions"], key=lambda a: a["AttributeName"])
             == synthesized[table]["AttributeDefinitions"]
+        )
+        assert (
+            local[table]["GlobalSecondaryIndexes"] == synthesized[table]["GlobalSecondaryIndexes"]
         )
     mapping = synth.ingest_mapping()["Properties"]
     for key, value in local["event_source"].items():

@@ -127,9 +127,10 @@ def register_partition(
         UpdateExpression=(
             f"SET #parents = {lineage}, #hstart = if_not_exists(#hstart, :hstart), "
             "#hend = if_not_exists(#hend, :hend), #next = if_not_exists(#next, :zero), "
-            "#state = if_not_exists(#state, :open)"
+            "#state = if_not_exists(#state, :open), #live = :live"
         ),
         ExpressionAttributeNames={
+            "#live": C.ATTR_LIVE,
             "#parents": C.ATTR_PARENT_PARTITION_IDS,
             "#hstart": C.ATTR_STARTING_HASH_KEY,
             "#hend": C.ATTR_ENDING_HASH_KEY,
@@ -142,6 +143,7 @@ def register_partition(
             ":hend": {"S": str(C.MAX_HASH_KEY)},
             ":zero": {"N": "0"},
             ":open": {"S": C.STATE_OPEN},
+            ":live": {"S": C.LIVE_VALUE},
         },
     )
 

@@ -56,6 +56,7 @@ def test_reaches_end_compares_kinesis_sequence_numbers_as_integers(
 def test_a_commit_starts_a_new_item_open_and_ends_a_closed_shard() -> None:
     assert state_on_commit(PartitionInfo("p", -1), "5")[0] == (
         "#state = if_not_exists(#state, :open)",
+        "#live = :live",  # a new item is in the live set (shardlog/retirement.py)
     )
     closed = PartitionInfo("p", 3, state=CLOSED, ending_kinesis_seq="7")
     assert state_on_commit(closed, "7") == (("#state = :ended",), {":ended": {"S": "ENDED"}})

@@ -173,15 +173,25 @@ def _query_leading_key(scope: Scope, table: str, params: dict[str, Any]) -> dict
     return {"dynamodb:LeadingKeys": [_key_value(value)]}
 
 
+def _index(table: str, params: dict[str, Any]) -> str | None:
+    """The ARN of the index a Query or Scan reads (IAM authorizes it, not the table), if any."""
+    index = params.get("IndexName")
+    return f"{table}/index/{index}" if index else None
+
+
 def _dynamodb_query(call: Call, scope: Scope) -> Iterator[Need]:
     table = _table(scope, call.params["TableName"])
-    yield Need("dynamodb:Query", table, _query_leading_key(scope, table, call.params))
+    index = _index(table, call.params)
+    if index is not None:
+        yield Need("dynamodb:Query", index)
+    else:
+        yield Need("dynamodb:Query", table, _query_leading_key(scope, table, call.params))
     yield from _dynamodb_kms(scope, table)
 
 
 def _dynamodb_scan(call: Call, scope: Scope) -> Iterator[Need]:
     table = _table(scope, call.params["TableName"])
-    yield Need("dynamodb:Scan", table)
+    yield Need("dynamodb:Scan", _index(table, call.params) or table)
     yield from _dynamodb_kms(scope, table)
 
 

@@ -146,6 +146,25 @@ NOT_DRIVEN: tuple[Grant, ...] = (
         "a worker withdrawing its handoff request reads the lease (Worker._settle_request; "
         "tests/functional/consumer/test_handoff.py); the workload's one worker asks no handoff",
     ),
+    *(
+        Grant(
+            principal,
+            "dynamodb:BatchGetItem",
+            "*:table/*",
+            "the live set's parents the live index does not show (a retired parent) are read "
+            "by key (Tables.live_lineage; tests/functional/consumer/test_live_set.py); the "
+            "workload retires no partition while a child of it is live",
+        )
+        for principal in ("consumer-group:*", "function:lambdas.consumer_waker.handler.handler")
+    ),
+    Grant(
+        REGISTRATION,
+        "dynamodb:UpdateItem",
+        "*:table/*",
+        "registering a group revives the retired partitions it reads (shardlog/retirement.py; "
+        "tests/functional/consumer/test_live_set.py); the workload registers its groups "
+        "before any partition ended",
+    ),
 )
 
 
