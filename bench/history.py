@@ -43,14 +43,14 @@ from shardlog.clock import ManualClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer.settings import ConsumerSettings
 from shardlog.consumer.worker import Worker
-from shardlog.dal.consumers import LAMBDA, create_group
+from shardlog.dal.consumers import LAMBDA, create_group, write_checkpoints
 from shardlog.dal.partitions import PartitionsTable
 from shardlog.lambda_consumer.wake import sweep
 from shardlog.local.embedded import EmbeddedAWS, provision
 from shardlog.retirement import Retirement, RetirementResult
 from shardlog.shardsync import ShardSync
 from shardlog.status_rows import ingest_rows
-from shardlog.tables import LiveLineage, Tables, consumer_key, s
+from shardlog.tables import LiveLineage, Tables
 
 HEAD = 1_000  # records in each retired partition
 
@@ -136,13 +136,7 @@ def build(config: ShardlogConfig, history: int, live: int, groups: list[str]) ->
     retired = [f"shardId-history-{i:06d}" for i in range(history)]
     PartitionsTable(clients, config.tables).write_history(retired, HEAD, 0)
     for group, checkpoint in [*((g, C.SHARD_END) for g in groups), (C.COMPACTION_GROUP, "")]:
-        items = [
-            {**consumer_key(group, pid), C.ATTR_CHECKPOINT: s(checkpoint or str(HEAD))}
-            for pid in retired
-        ]
-        for start in range(0, len(items), 25):
-            chunk = [{"PutRequest": {"Item": i}} for i in items[start : start + 25]]
-            clients.dynamodb.batch_write_item(RequestItems={config.consumers_table: chunk})
+        write_checkpoints(clients, config.consumers_table, group, retired, checkpoint or str(HEAD))
     return clients
 
 

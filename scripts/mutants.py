@@ -510,11 +510,11 @@ MUTATIONS = (
         IAM_REPLAY,
     ),
     Mutation(
-        "iam-shard-sync-scan",
-        "shard sync's Scan of the partitions table (its listing of every partition)",
+        "iam-shard-sync-groups-scan",
+        "shard sync's Scan of the groups index (retirement lists every group)",
         "infra/ingest.py",
-        '["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"]',
-        '["dynamodb:GetItem", "dynamodb:UpdateItem"]',
+        '            (["dynamodb:Scan"], [storage.groups_index_arn]),\n',
+        "",
         IAM_REPLAY,
     ),
     Mutation(
@@ -592,11 +592,11 @@ MUTATIONS = (
         ("tests/functional/cli/test_busy_port.py",),
     ),
     Mutation(
-        "iam-worker-lease-query",
-        "a consumer group's managed policy: Query of the group's leases",
+        "iam-worker-lease-batch-read",
+        "a consumer group's managed policy: BatchGetItem of the group's leases (the live set's)",
         "infra/consumers.py",
-        '    "dynamodb:Query",\n',
-        "",
+        '    "dynamodb:BatchGetItem",\n    "dynamodb:GetItem",\n    "dynamodb:PutItem",\n',
+        '    "dynamodb:GetItem",\n    "dynamodb:PutItem",\n',
         IAM_REPLAY,
     ),
     Mutation(

@@ -73,6 +73,18 @@ def from_ddb(item: dict[str, Any]) -> dict[str, Any]:
     return {name: _DESERIALIZER.deserialize(value) for name, value in item.items()}
 
 
+def put_items(clients: Any, table: str, items: list[dict[str, Any]]) -> None:
+    """Unconditional puts, 25 to a BatchWriteItem (its limit), unprocessed ones sent again:
+    fixtures of history (benchmarks, budget tests), never a protocol's write."""
+    for start in range(0, len(items), 25):
+        pending = {table: [{"PutRequest": {"Item": i}} for i in items[start : start + 25]]}
+        for _ in range(8):
+            response = clients.dynamodb.batch_write_item(RequestItems=pending)
+            pending = response.get("UnprocessedItems") or {}
+            if not pending:
+                break
+
+
 def kinesis_seq_int(value: str | None) -> int:
     """Kinesis sequence numbers are decimal strings of up to 128 digits: compare as ints."""
     return -1 if value is None else int(value)

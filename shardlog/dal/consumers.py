@@ -45,6 +45,7 @@ from shardlog.tables import (
     from_ddb,
     is_conditional_failure,
     n,
+    put_items,
     s,
     update_item,
 )
@@ -508,3 +509,12 @@ def all_checkpoints(clients: Clients, consumers_table: str) -> Checkpoints:
                 None if checkpoint is None else str(checkpoint)
             )
     return Checkpoints(frozenset(groups), by_partition)
+
+
+def write_checkpoints(
+    clients: Clients, consumers_table: str, group: str, partition_ids: list[str], checkpoint: str
+) -> None:
+    """Lease items of ``group`` holding ``checkpoint`` on each partition, with no owner: a
+    fixture of history (the history benchmark), never a consumer's write."""
+    items = [{**consumer_key(group, p), C.ATTR_CHECKPOINT: s(checkpoint)} for p in partition_ids]
+    put_items(clients, consumers_table, items)

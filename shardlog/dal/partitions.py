@@ -47,6 +47,7 @@ from shardlog.tables import (
     consumer_key,
     n,
     partition_key,
+    put_items,
     s,
     update_item,
 )
@@ -343,27 +344,17 @@ class PartitionsTable:
         stream leaves them: the history benchmark's and budget tests' fixture."""
         items = [
             {
-                "PutRequest": {
-                    "Item": {
-                        **partition_key(pid),
-                        C.ATTR_STATE: s(PartitionState.ENDED),
-                        C.ATTR_NEXT_SEQUENCE_NUMBER: n(head),
-                        C.ATTR_PARENT_PARTITION_IDS: {"L": []},
-                        C.ATTR_STARTING_HASH_KEY: s("0"),
-                        C.ATTR_ENDING_HASH_KEY: s(str(C.MAX_HASH_KEY)),
-                        C.ATTR_RETIRED_AT: n(retired_at_ms),
-                    }
-                }
+                **partition_key(pid),
+                C.ATTR_STATE: s(PartitionState.ENDED),
+                C.ATTR_NEXT_SEQUENCE_NUMBER: n(head),
+                C.ATTR_PARENT_PARTITION_IDS: {"L": []},
+                C.ATTR_STARTING_HASH_KEY: s("0"),
+                C.ATTR_ENDING_HASH_KEY: s(str(C.MAX_HASH_KEY)),
+                C.ATTR_RETIRED_AT: n(retired_at_ms),
             }
             for pid in partition_ids
         ]
-        for start in range(0, len(items), 25):  # BatchWriteItem's limit
-            pending = {self.names.partitions: items[start : start + 25]}
-            for _ in range(8):
-                response = self.clients.dynamodb.batch_write_item(RequestItems=pending)
-                pending = response.get("UnprocessedItems") or {}
-                if not pending:
-                    break
+        put_items(self.clients, self.names.partitions, items)
 
     def set_head(self, partition_id: str, next_seq: int) -> None:
         """Set the head of a log whose segments a fixture wrote itself (no fence)."""

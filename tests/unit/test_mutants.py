@@ -40,9 +40,9 @@ def test_every_mechanism_of_the_issue_has_a_mutation() -> None:
         "parents-before-children", "watermark-condition", "lake-watermark-check",
         "compaction-file-check", "ingest-error-path", "analytics-totals-check",
         # the IAM replay: an action removed from each function's role
-        "iam-ingest-commit", "iam-shard-sync-scan", "iam-producer-put-records",
+        "iam-ingest-commit", "iam-shard-sync-groups-scan", "iam-producer-put-records",
         "iam-waker-stream-read", "iam-runner-lease-create", "iam-trigger-pass-role",
-        "iam-spark-lake-commit", "iam-worker-lease-query",
+        "iam-spark-lake-commit", "iam-worker-lease-batch-read",
         "lake-own-commit-recognition", "lake-commit-deletes-nothing",
         "compaction-removes-only-unreferenced", "orphan-reference-check",
         "expiry-keeps-watermark-chain", "glue-version-check",
