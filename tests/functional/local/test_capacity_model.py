@@ -65,7 +65,7 @@ def _produce_round(runtime: LocalRuntime, starts: list[str], round_no: int) -> N
 
 def _drive(runtime: LocalRuntime, function: Counted, expected: int) -> None:
     """Ingest everything, then poll the group until the function got ``expected`` records
-    and nothing is left to do (bounded). Ingest first: each poll of it reads all 64 shards."""
+    and nothing is left to do (bounded). Ingest first: each poll of it reads every shard."""
     assert runtime.lambda_consumers is not None
     for _ in range(20):
         if runtime.poller.poll_once() == 0 and runtime.committed_records() >= expected:
