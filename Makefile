@@ -44,9 +44,11 @@ format: $(STAMP)
 # What the tests need is made side by side (downloads overlap lint's CPU), each one's output
 # kept together.
 TEST_NEEDS := lint cdk-cli kclpy spark-archive lambda-runtime browser
+# --durations=25: every run's log names its slowest tests (docs/TESTING.md, "Where the time
+# goes").
 test:
 	$(MAKE) --no-print-directory -j 3 --output-sync=target $(TEST_NEEDS)
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 --dist loadgroup --durations=25
 
 bench: $(STAMP)
 	$(BIN)/python bench/speed.py
@@ -119,6 +121,13 @@ spark-archive: $(STAMP)
 
 bench-compact: $(STAMP)
 	$(BIN)/python bench/compact.py
+
+# The capacity model against a local run of docs/SCALE.md's 64 shards (make test runs the same
+# check at 12 shards; tests/functional/local/test_capacity_model.py).
+.PHONY: capacity-check
+capacity-check: $(STAMP)
+	SHARDLOG_CAPACITY_SHARDS=64 $(BIN)/pytest -q -s -p no:randomly \
+		tests/functional/local/test_capacity_model.py
 
 # What a deployed Lambda has besides its code: the python3.12 runtime's SDK and the pinned
 # Powertools layer's packages (infra/lambda-runtime.txt), in build/lambda-runtime/site.

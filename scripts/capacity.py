@@ -4,7 +4,8 @@ the setting that lifts it.
 
 Every request count comes from a budget the code documents (cited at each ``Budget``) and is
 checked against the requests the embedded AWS recorded in a local run with 64 shards
-(tests/functional/local/test_capacity_model.py, within 10%). Quotas are AWS's defaults in
+(`make capacity-check`; 12 in make test: tests/functional/local/test_capacity_model.py,
+within 10%). Quotas are AWS's defaults in
 us-east-1 (``QUOTAS``, each with the page that states it) or, where AWS sets none, a budget
 of shardlog's own (said so). A quota's **use** is demand / limit; the first limit a
 configuration hits is the one of highest use (at or past 1.0: hit; below: the headroom).

@@ -11,6 +11,7 @@ import pytest
 from shardlog.clock import ManualClock
 from shardlog.local.embedded import EmbeddedAWS
 from shardlog.local.quiet import quiet_powertools
+from tests import cpu_costs
 from tests.support.aws import AwsEnv, make_env
 
 # Never reach real AWS from a test, whatever the developer's environment holds.
@@ -23,6 +24,10 @@ quiet_powertools()
 
 # A costly session fixture -> the xdist group of the modules that use it.
 SHARED_SESSION_FIXTURES = {"synth": "infra", "spark": "spark"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cpu_costs.register(config)  # SHARDLOG_TEST_CPU=<file>: each test's CPU seconds
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -330,7 +330,7 @@ def test_consumer_groups_model(endpoint_url: str) -> None:
     run_state_machine_as_test(
         ConsumerMachine,
         settings=settings(
-            max_examples=25,
+            max_examples=10,
             stateful_step_count=30,
             deadline=None,
             # One fixed schedule set in make test (the counts below are then stable);

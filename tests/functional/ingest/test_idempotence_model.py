@@ -567,7 +567,7 @@ def test_idempotence_model(endpoint_url: str) -> None:
     run_state_machine_as_test(
         IdempotenceMachine,
         settings=settings(
-            max_examples=20,
+            max_examples=10,
             stateful_step_count=25,
             deadline=None,
             derandomize=True,  # one fixed schedule set in make test; make soak explores

@@ -474,7 +474,7 @@ def test_write_path_model(endpoint_url: str) -> None:
     run_state_machine_as_test(
         WritePathMachine,
         settings=settings(
-            max_examples=40,
+            max_examples=16,
             stateful_step_count=30,
             deadline=None,
             # One fixed schedule set in make test (the counts below are then stable);
