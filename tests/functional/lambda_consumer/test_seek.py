@@ -19,7 +19,14 @@ from shardlog.tables import consumer_key
 from tests.functional.lambda_consumer.conftest import Start
 from tests.support.aws import AwsEnv
 from tests.support.factories import append, end_partition, incoming_records, register_partition
-from tests.support.lambda_consumers import Recorder, Seen, drive, plenty_of_time, runner_for
+from tests.support.lambda_consumers import (
+    Recorder,
+    RunnerKilled,
+    Seen,
+    drive,
+    plenty_of_time,
+    runner_for,
+)
 from tests.support.seek import assert_parent_first, group_seek
 
 P = "shardId-000000000000"
@@ -137,10 +144,6 @@ def test_a_runner_mid_retry_is_fenced_and_its_retry_state_cleared(
     successor, _ = runner_for(aws, clock, recorder, **settings)
     assert run(successor, "r2").outcome is Outcome.CAUGHT_UP
     assert [[s.seq for s in b] for b in recorder.calls[3:]] == [[2, 3, 4, 5], [6, 7]]
-
-
-class RunnerKilled(BaseException):
-    """The runner's process dies (nothing in it may catch this)."""
 
 
 def test_a_give_up_not_sent_yet_refuses_the_seek_until_a_runner_sends_it(
