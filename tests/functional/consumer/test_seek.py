@@ -26,18 +26,15 @@ from tests.support.factories import (
     Journal,
     append,
     checkpoints,
-    end_partition,
     incoming_records,
     leases,
     recording_worker,
-    register_partition,
     run_until_idle,
 )
-from tests.support.seek import assert_parent_first, group_seek
+from tests.support.seek import LEFT, PARENT, RIGHT, assert_parent_first, finished_split, group_seek
 
 GROUP = "readers"  # recording_worker's group
 P, Q = "p0", "q0"
-PARENT, LEFT, RIGHT = "parent", "left", "right"  # a child's id sorts before its parent's
 BASE_MS = 1_700_000_000_000
 
 
@@ -170,12 +167,7 @@ def test_after_a_split_the_children_wait_for_their_reopened_parent(
     """PARENT was finished (SHARD_END) and its children read; a seek into PARENT re-opens it:
     the children start again at 0, after it. A worker cycles between each of the seek's
     writes: no child record is delivered before the parent's."""
-    register_partition(aws, PARENT, ())
-    append(aws, PARENT, incoming_records(5, start=0, keys=["a", "b"]))
-    end_partition(aws, PARENT)
-    for child, start in ((LEFT, 5), (RIGHT, 8)):
-        register_partition(aws, child, (PARENT,))
-        append(aws, child, incoming_records(3, start=start, keys=["a", "b"]))
+    finished_split(aws, 5)
     journal = Journal()
     worker = recording_worker(aws, journal, "w", clock)
     run_until_idle([worker], clock)
