@@ -12,14 +12,16 @@ from typing import Any
 
 from pyiceberg.catalog import load_catalog
 
-from shardlog import constants as C
 from shardlog.lake.commit import WATERMARKS_PROPERTY
 from shardlog.spark.jobs import JobArgs
-from shardlog.tables import Tables
 from spark_jobs.compact import compact
 from tests.spark.helpers import log_rows, rows_of
 from tests.support.aws import AwsEnv
-from tests.support.runtime import e2e_runtime, produce_across_split_and_merge
+from tests.support.runtime import (
+    e2e_runtime,
+    produce_across_split_and_merge,
+    wait_until_ingested,
+)
 
 
 def test_split_and_merge_traffic_lands_in_the_table_exactly_once(
@@ -34,15 +36,7 @@ def test_split_and_merge_traffic_lands_in_the_table_exactly_once(
             runtime, per_step=200, between=lambda: compact(spark, args)
         )
         total = sum(counts.values())
-        tables = Tables(runtime.clients, runtime.config.tables)
-
-        def ingested() -> bool:
-            runtime.shard_sync.sync()
-            partitions = tables.list_partitions()
-            closed = [p for p in partitions if p.state == C.STATE_CLOSED]
-            return not closed and sum(p.next_seq for p in partitions) == total
-
-        assert runtime.wait_until(ingested, timeout_s=60)
+        tables = wait_until_ingested(runtime, total)
         assert len(tables.list_partitions()) == 5  # 2 roots, 2 children of a split, 1 merged
         while compact(spark, args).records:
             pass

@@ -18,7 +18,7 @@ from shardlog.format import IncomingRecord, LogRecord
 from shardlog.function_settings import IngestSettings
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.local.poller import EventSourcePoller, EventSourceSettings
-from shardlog.tables import partition_key
+from shardlog.tables import Lease, Tables, partition_key
 from shardlog.writer import LogWriter, WriterSettings
 from tests.support.aws import AwsEnv
 
@@ -271,6 +271,28 @@ def recording_worker(
         worker_id=name,
         threads=4,
     )
+
+
+def leases(aws: AwsEnv, group: str = "readers") -> dict[str, Lease]:
+    """A group's lease items by partition, read now (as another process would)."""
+    tables = Tables(aws.clients, aws.config.tables)
+    return {lease.partition_id: lease for lease in tables.list_leases(group)}
+
+
+def checkpoints(aws: AwsEnv, group: str = "readers") -> dict[str, str | None]:
+    return {partition_id: lease.checkpoint for partition_id, lease in leases(aws, group).items()}
+
+
+def owners(aws: AwsEnv, group: str = "readers") -> dict[str, str | None]:
+    return {partition_id: lease.owner for partition_id, lease in leases(aws, group).items()}
+
+
+def fill(aws: AwsEnv, partitions: int, records: int = 10, prefix: str = "p") -> list[str]:
+    """Partitions ``<prefix>0`` .. (``partitions`` of them), ``records`` records each."""
+    ids = [f"{prefix}{i}" for i in range(partitions)]
+    for partition_id in ids:
+        append(aws, partition_id, incoming_records(records))
+    return ids
 
 
 def run_until_idle(workers: list[Worker], clock: ManualClock, max_cycles: int = 300) -> int:

@@ -1,5 +1,5 @@
-"""Lambda consumer tests: a recording function, a bounded driver of the local groups, and
-a peek into queues."""
+"""Lambda consumer tests: a recording function, a bounded driver of the local groups, a
+runner of one's own (another process), its death, and a peek into queues."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ from shardlog.lambda_consumer.wake import WakeSender, scope_tag, wake_queue_name
 from shardlog.local.lambda_consumers import LocalLambdaConsumers
 from shardlog.local.lambda_context import LocalInvoker
 from tests.support.aws import AwsEnv
+
+
+class RunnerKilled(BaseException):
+    """The runner's process dies (not an Exception: nothing in it may catch this)."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The local runtime in end-to-end tests: fresh resource names, and traffic produced with
-the SDK across a split and a merge (each key's records carry their per-key counter)."""
+"""The local runtime in end-to-end tests: fresh resource names, traffic produced with the
+SDK across a split and a merge (each key's records carry their per-key counter), and the
+wait until ingest has committed all of it."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from shardlog import constants as C
 from shardlog.config import ShardlogConfig
 from shardlog.local.demo import reshard
 from shardlog.local.poller import EventSourceSettings
 from shardlog.local.runtime import LocalRuntime
 from shardlog.producer import Producer
 from shardlog.records import ProducerRecord
+from shardlog.tables import Tables
 
 KEYS = [f"user-{i}" for i in range(12)]
 
@@ -56,3 +59,18 @@ def produce_across_split_and_merge(
         if step:
             reshard(runtime.clients.kinesis, runtime.config.stream_name, step)
     return counts
+
+
+def wait_until_ingested(runtime: LocalRuntime, total: int, timeout_s: float = 60) -> Tables:
+    """Run shard sync until no partition is CLOSED (every closed one ended) and the log
+    holds ``total`` records; the tables to read it with. Fails after ``timeout_s``."""
+    tables = Tables(runtime.clients, runtime.config.tables)
+
+    def ingested() -> bool:
+        runtime.shard_sync.sync()
+        partitions = tables.list_partitions()
+        closed = [p for p in partitions if p.state == C.STATE_CLOSED]
+        return not closed and sum(p.next_seq for p in partitions) == total
+
+    assert runtime.wait_until(ingested, timeout_s=timeout_s), f"not all {total} records ingested"
+    return tables

@@ -12,6 +12,8 @@
 - ``Tally``: the counts of one model across its schedules: schedules, steps, faults by
   kind and violations. The model tests assert the dangerous kinds are non-zero; the soak
   (scripts/soak.py) prints them.
+- ``run_model``: how the test suite runs a model: one fixed (derandomized) set of schedules,
+  then every dangerous kind must have been reached.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ReadTimeoutError
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from shardlog.aws import Clients
 
@@ -211,3 +215,33 @@ class Tally:
         """The kinds of ``kinds`` this tally never counted."""
         with self._lock:
             return [kind for kind in kinds if self.counts[kind] <= 0]
+
+
+def run_model(
+    machine: type[RuleBasedStateMachine],
+    endpoint_url: str,
+    tally: Tally,
+    must_reach: list[str] | tuple[str, ...],
+    *,
+    examples: int,
+    steps: int,
+) -> None:
+    """Run ``machine`` (its class attribute ``endpoint_url`` set) on ``examples`` schedules
+    of up to ``steps`` steps, derandomized: one fixed schedule set in the test suite (the
+    counts are then stable; the soak explores fresh random ones). Then assert the model
+    reached every kind of ``must_reach`` in ``tally``, not only the happy path, and print
+    the counts."""
+    machine.endpoint_url = endpoint_url  # type: ignore[attr-defined]
+    tally.reset()
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+    assert not tally.missing(must_reach), f"never reached {tally.missing(must_reach)}: {tally}"
+    print(f"{machine.__name__}: {dict(sorted(tally.counts.items()))}")

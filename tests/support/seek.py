@@ -1,4 +1,5 @@
-"""Group seek tests: the seek as the CLI makes it, and the order a seek must keep."""
+"""Group seek tests: the seek as the CLI makes it, a finished split to seek back into, and
+the order a seek must keep."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from shardlog.consumer.seek import GroupSeek
 from shardlog.reader import LogReader
 from shardlog.tables import Tables
 from tests.support.aws import AwsEnv
+from tests.support.factories import append, end_partition, incoming_records, register_partition
+
+PARENT, LEFT, RIGHT = "parent", "left", "right"  # a child's id sorts before its parent's
 
 
 def group_seek(aws: AwsEnv, clock: ManualClock) -> GroupSeek:
@@ -19,6 +23,17 @@ def group_seek(aws: AwsEnv, clock: ManualClock) -> GroupSeek:
         LogReader(clients, aws.config.bucket, aws.config.tables),
         clock=clock,
     )
+
+
+def finished_split(aws: AwsEnv, parent_records: int) -> None:
+    """PARENT, ended with ``parent_records`` records, and its children LEFT and RIGHT with 3
+    records each (keys a and b, data numbered on from the parent's)."""
+    register_partition(aws, PARENT, ())
+    append(aws, PARENT, incoming_records(parent_records, start=0, keys=["a", "b"]))
+    end_partition(aws, PARENT)
+    for child, start in ((LEFT, parent_records), (RIGHT, parent_records + 3)):
+        register_partition(aws, child, (PARENT,))
+        append(aws, child, incoming_records(3, start=start, keys=["a", "b"]))
 
 
 def assert_parent_first(

@@ -10,8 +10,11 @@ from shardlog import constants as C
 from shardlog.clock import ManualClock
 from shardlog.consumer import Checkpointer, ConsumerSettings, Worker
 from shardlog.format import LogRecord
-from shardlog.tables import Tables
-from tests.support.runtime import e2e_runtime, produce_across_split_and_merge
+from tests.support.runtime import (
+    e2e_runtime,
+    produce_across_split_and_merge,
+    wait_until_ingested,
+)
 
 
 def test_a_group_consumes_what_ingest_wrote_in_key_order_across_split_and_merge() -> None:
@@ -19,15 +22,7 @@ def test_a_group_consumes_what_ingest_wrote_in_key_order_across_split_and_merge(
     with runtime:
         counts = produce_across_split_and_merge(runtime)
         total = sum(counts.values())
-        tables = Tables(runtime.clients, runtime.config.tables)
-
-        def ingested() -> bool:
-            runtime.shard_sync.sync()
-            partitions = tables.list_partitions()
-            closed = [p for p in partitions if p.state == C.STATE_CLOSED]
-            return not closed and sum(p.next_seq for p in partitions) == total
-
-        assert runtime.wait_until(ingested, timeout_s=60)
+        tables = wait_until_ingested(runtime, total)
         partitions = tables.list_partitions()
         assert len(partitions) == 5 and sum(p.state == C.STATE_ENDED for p in partitions) == 3
 

@@ -27,9 +27,16 @@ from shardlog.consumer import (
 from shardlog.exceptions import LeaseLostError, ValidationError
 from shardlog.format import LogRecord
 from shardlog.lease import LeaseManager
-from shardlog.tables import Lease, Tables
 from tests.support.aws import AwsEnv
-from tests.support.factories import FAST, Journal, append, incoming_records, run_until_idle
+from tests.support.factories import (
+    FAST,
+    Journal,
+    append,
+    fill,
+    incoming_records,
+    leases,
+    run_until_idle,
+)
 
 GROUP = "movers"
 SETTINGS = dataclasses.replace(FAST, handoff_timeout_ms=4_000)  # lease 10 s, renew 3 s
@@ -79,18 +86,6 @@ def worker(
     )
 
 
-def leases(aws: AwsEnv) -> dict[str, Lease]:
-    tables = Tables(aws.clients, aws.config.tables)
-    return {lease.partition_id: lease for lease in tables.list_leases(GROUP)}
-
-
-def fill(aws: AwsEnv, partitions: int, records: int) -> list[str]:
-    ids = [f"p{i}" for i in range(partitions)]
-    for partition_id in ids:
-        append(aws, partition_id, incoming_records(records))
-    return ids
-
-
 def redelivered(journal: Journal) -> int:
     counts = Counter((d.partition_id, d.seq) for d in journal.deliveries)
     return sum(n - 1 for n in counts.values())
@@ -114,7 +109,7 @@ def one_holds_everything(
         clock.advance(1)
     assert first.held == tuple(ids)
     assert all(journal.seqs(p) == list(range(8)) for p in ids)
-    assert {lease.checkpoint for lease in leases(aws).values()} == {None}
+    assert {lease.checkpoint for lease in leases(aws, GROUP).values()} == {None}
     return first, ids
 
 
@@ -140,7 +135,7 @@ def test_a_worker_joining_gets_leases_handed_over_and_nothing_is_delivered_twice
     for partition_id in moved:  # never both at once: w2 starts after w1's last batch
         order = [d.worker for d in journal.deliveries if d.partition_id == partition_id]
         assert order == sorted(order), f"{partition_id}: w1 and w2 interleaved: {order}"
-    table = leases(aws)
+    table = leases(aws, GROUP)
     assert {p for p, lease in table.items() if lease.owner == "w2"} == moved
     assert all(lease.transfer_requested_by is None for lease in table.values())
     first.shutdown()
@@ -171,11 +166,11 @@ def test_scale_in_hands_leases_to_a_requester_or_releases_them_at_a_checkpoint(
     first, ids = one_holds_everything(aws, clock, journal)
     second = worker(aws, clock, "w2", Lazy(journal, "w2", checkpointing=True))
     second.run_once()  # lists, and asks w1 for one lease
-    asked = [p for p, lease in leases(aws).items() if lease.transfer_requested_by == "w2"]
+    asked = [p for p, lease in leases(aws, GROUP).items() if lease.transfer_requested_by == "w2"]
     assert len(asked) == 1 and second.stats.requested == 1
 
     first.shutdown()  # scale-in: each processor checkpoints, then hand over or release
-    table = leases(aws)
+    table = leases(aws, GROUP)
     assert table[asked[0]].owner == "w2", "handed to the requester, not released"
     assert {table[p].owner for p in ids if p != asked[0]} == {None}
     assert {table[p].checkpoint for p in ids} == {"8"}
@@ -281,7 +276,7 @@ def test_a_zombie_old_owner_cannot_write_after_handing_over(
     run_until_idle([first, second], clock)
     moved = set(second.held)
     assert len(moved) == 2 and redelivered(journal) == 0
-    table = leases(aws)
+    table = leases(aws, GROUP)
 
     handles = [c for c in processor.checkpointers if c.partition_id in moved]
     assert handles, "w1 delivered batches of the partitions it handed over"
@@ -298,7 +293,7 @@ def test_a_zombie_old_owner_cannot_write_after_handing_over(
         ):
             with pytest.raises(LeaseLostError):
                 write(stale[partition_id])
-    assert leases(aws) == table, "no zombie write landed"
+    assert leases(aws, GROUP) == table, "no zombie write landed"
     first.shutdown()
     second.shutdown()
 
@@ -310,8 +305,8 @@ def test_a_request_withdrawn_while_the_owner_checkpoints_makes_it_release_instea
     first, ids = one_holds_everything(aws, clock, journal)
     second = worker(aws, clock, "w2", Lazy(journal, "w2", checkpointing=True))
     second.run_once()  # asks w1 for one lease
-    (asked,) = [p for p, lease in leases(aws).items() if lease.transfer_requested_by == "w2"]
-    before = leases(aws)[asked]
+    (asked,) = [p for p, lease in leases(aws, GROUP).items() if lease.transfer_requested_by == "w2"]
+    before = leases(aws, GROUP)[asked]
     withdrawn: list[bool] = []
     processor = first.factory(asked).target  # type: ignore[attr-defined]
 
@@ -323,7 +318,7 @@ def test_a_request_withdrawn_while_the_owner_checkpoints_makes_it_release_instea
 
     first.run_once()  # w1 sees the request: checkpoints, transfer refused, releases
     assert withdrawn == [True]
-    lease = leases(aws)[asked]
+    lease = leases(aws, GROUP)[asked]
     assert lease.owner is None and lease.transfer_requested_by is None, "released, not handed"
     assert lease.checkpoint == "8" and lease.counter > before.counter
     assert asked not in first.held and first.stats.handed_off == 1
@@ -342,7 +337,7 @@ def test_the_requests_and_transfers_of_the_lease_manager(aws: AwsEnv, clock: Man
     """The conditions of docs/TABLES.md 4.5, one by one, on one lease item."""
     manager = LeaseManager(aws.clients, aws.config.consumers_table, clock=clock)
     manager.ensure(GROUP, "p0")
-    (free,) = leases(aws).values()
+    (free,) = leases(aws, GROUP).values()
     assert manager.request_transfer(free, "w2", stale_after_ms=4_000) is None, "no owner: no ask"
     held = manager.take(free, "w1")
 
@@ -357,7 +352,7 @@ def test_the_requests_and_transfers_of_the_lease_manager(aws: AwsEnv, clock: Man
     assert manager.withdraw_transfer(GROUP, "p0", "w2") is False, "not w2's request any more"
     assert manager.withdraw_transfer(GROUP, "p0", "w3") is True
     assert manager.transfer(held, "w3") is None, "withdrawn: not handed over"
-    assert leases(aws)["p0"].owner == "w1"
+    assert leases(aws, GROUP)["p0"].owner == "w1"
 
     renewed = manager.renew(held)  # the owner's writes return a request to it
     manager.request_transfer(renewed, "w2", stale_after_ms=4_000)
@@ -371,15 +366,15 @@ def test_the_requests_and_transfers_of_the_lease_manager(aws: AwsEnv, clock: Man
 
     # A request addressed to an owner that changed since the listing is refused.
     assert manager.request_transfer(renewed, "w3", stale_after_ms=4_000) is None
-    assert leases(aws)["p0"].transfer_requested_by is None
+    assert leases(aws, GROUP)["p0"].transfer_requested_by is None
     manager.request_transfer(handed, "w3", stale_after_ms=4_000)
-    taken = manager.take(leases(aws)["p0"], "w4")  # a take (steal) clears a request
+    taken = manager.take(leases(aws, GROUP)["p0"], "w4")  # a take (steal) clears a request
     assert taken.transfer_requested_by is None
     asked = manager.request_transfer(taken, "w3", stale_after_ms=4_000)
     assert asked is not None and asked.transfer_requested_by == "w3"
     with pytest.raises(LeaseLostError):  # w1's old copy cannot hand w4's lease to w3
         manager.transfer(renewed, "w3")
-    assert leases(aws)["p0"] == asked, "the zombie's transfer did not land"
+    assert leases(aws, GROUP)["p0"] == asked, "the zombie's transfer did not land"
     released = manager.release(taken)  # a release clears a request too
     assert released.transfer_requested_by is None and released.owner is None
     expired = manager.take(released, "w1")
@@ -394,21 +389,21 @@ def test_a_worker_leaving_withdraws_its_request_or_releases_what_it_was_handed(
     first, _ = one_holds_everything(aws, clock, journal)
     second = worker(aws, clock, "w2", Lazy(journal, "w2"))
     second.run_once()
-    (asked,) = [p for p, lease in leases(aws).items() if lease.transfer_requested_by == "w2"]
+    (asked,) = [p for p, lease in leases(aws, GROUP).items() if lease.transfer_requested_by == "w2"]
     second.shutdown()  # scale-in before w1 answered: the request goes with it
-    assert leases(aws)[asked].transfer_requested_by is None
+    assert leases(aws, GROUP)[asked].transfer_requested_by is None
     clock.advance(1)
     first.run_once()  # lists: no request stands
     assert asked in first.held and first.stats.handed_off == 0, "nothing handed to a leaver"
 
     third = worker(aws, clock, "w3", Lazy(journal, "w3"))
     third.run_once()
-    (asked,) = [p for p, lease in leases(aws).items() if lease.transfer_requested_by == "w3"]
+    (asked,) = [p for p, lease in leases(aws, GROUP).items() if lease.transfer_requested_by == "w3"]
     clock.advance(1)
     first.run_once()  # lists, sees the request, hands the lease to w3...
-    assert leases(aws)[asked].owner == "w3"
+    assert leases(aws, GROUP)[asked].owner == "w3"
     third.shutdown()  # ...which leaves before it listed again
-    lease = leases(aws)[asked]
+    lease = leases(aws, GROUP)[asked]
     assert lease.owner is None and not lease.is_live(clock.now_ms()), "released, not left to expire"
     run_until_idle([first], clock)
     assert asked in first.held and redelivered(journal) == 0

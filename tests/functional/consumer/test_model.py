@@ -21,7 +21,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -29,7 +28,6 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from shardlog import constants as C
@@ -40,7 +38,7 @@ from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.tables import Tables
 from tests.support.aws import AwsEnv, make_env
 from tests.support.factories import append, end_partition, register_partition
-from tests.support.schedules import FenceCounter, Pause, Tally
+from tests.support.schedules import FenceCounter, Pause, Tally, run_model
 
 KEYS = [f"k{i}" for i in range(6)]
 GROUPS = {"every-batch": 1, "every-other-batch": 2}  # group -> checkpoint every n batches
@@ -325,20 +323,4 @@ class ConsumerMachine(RuleBasedStateMachine):
 
 
 def test_consumer_groups_model(endpoint_url: str) -> None:
-    ConsumerMachine.endpoint_url = endpoint_url
-    TALLY.reset()
-    run_state_machine_as_test(
-        ConsumerMachine,
-        settings=settings(
-            max_examples=10,
-            stateful_step_count=30,
-            deadline=None,
-            # One fixed schedule set in make test (the counts below are then stable);
-            # make soak explores fresh random schedules.
-            derandomize=True,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-        ),
-    )
-    # The model reached the dangerous schedules, not only the happy path.
-    assert not TALLY.missing(MUST_REACH), f"never reached {TALLY.missing(MUST_REACH)}: {TALLY}"
-    print(f"consumer groups model: {dict(TALLY.counts)}")
+    run_model(ConsumerMachine, endpoint_url, TALLY, MUST_REACH, examples=10, steps=30)

@@ -34,6 +34,7 @@ from tests.support.aws import AwsEnv
 from tests.support.factories import (
     Journal,
     append,
+    checkpoints,
     end_partition,
     incoming_records,
     recording_worker,
@@ -65,11 +66,6 @@ def lines(path: Path) -> list[dict[str, Any]]:
 
 def records_seen(path: Path) -> list[dict[str, Any]]:
     return [line for line in lines(path) if "seq" in line]
-
-
-def checkpoints(aws: AwsEnv, group: str = GROUP) -> dict[str, str | None]:
-    tables = Tables(aws.clients, aws.config.tables)
-    return {lease.partition_id: lease.checkpoint for lease in tables.list_leases(group)}
 
 
 def daemon(
@@ -112,7 +108,9 @@ def test_a_child_written_from_the_protocol_documentation(
     append(aws, "c1", incoming_records(3, keys=["a"], arrival_ms=1_700_000_100_000))
     worker = daemon(aws, clock, "protocol_child.py")
     try:
-        cycle_until([worker], clock, lambda: checkpoints(aws) == {"p0": C.SHARD_END, "c1": "3"})
+        cycle_until(
+            [worker], clock, lambda: checkpoints(aws, GROUP) == {"p0": C.SHARD_END, "c1": "3"}
+        )
     finally:
         worker.shutdown()
     seen = records_seen(child_env["out"])
@@ -249,7 +247,9 @@ def test_amazon_kclpy_v2_processor_runs_unchanged(
     append(aws, "c1", incoming_records(2))
     worker = daemon(aws, clock, "kclpy_v2_child.py")
     try:
-        cycle_until([worker], clock, lambda: checkpoints(aws) == {"p0": C.SHARD_END, "c1": "2"})
+        cycle_until(
+            [worker], clock, lambda: checkpoints(aws, GROUP) == {"p0": C.SHARD_END, "c1": "2"}
+        )
     finally:
         worker.shutdown()
     seen = records_seen(child_env["out"])
@@ -281,7 +281,7 @@ def test_a_child_that_crashes_or_hangs_releases_its_lease_and_restarts_with_back
     worker = daemon(aws, clock, "protocol_child.py", multilang)
     try:
         with caplog.at_level(logging.INFO, "shardlog.consumer"):
-            cycle_until([worker], clock, lambda: checkpoints(aws) == {"p0": "10"})
+            cycle_until([worker], clock, lambda: checkpoints(aws, GROUP) == {"p0": "10"})
     finally:
         worker.shutdown()
     assert child_env["marker"].exists()
@@ -303,7 +303,7 @@ def test_a_child_hears_lease_lost_when_another_worker_takes_its_partition(
     journal = Journal()
     other = recording_worker(aws, journal, "other", clock, group=GROUP)
     try:
-        cycle_until([worker], clock, lambda: checkpoints(aws) == {"p0": "3"})
+        cycle_until([worker], clock, lambda: checkpoints(aws, GROUP) == {"p0": "3"})
         clock.advance(SETTINGS.lease_duration_ms + SETTINGS.renew_interval_ms)  # the daemon stalls
         append(aws, "p0", incoming_records(2))
         other.run_once()
@@ -334,7 +334,7 @@ def test_a_child_printing_without_end_cannot_grow_the_worker(
     tracemalloc.start()
     try:
         with caplog.at_level(logging.INFO, "shardlog.consumer"):
-            cycle_until([worker], clock, lambda: checkpoints(aws) == {"p0": "3"})
+            cycle_until([worker], clock, lambda: checkpoints(aws, GROUP) == {"p0": "3"})
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -19,6 +19,7 @@ from tests.support.factories import (
     FAST,
     Journal,
     append,
+    checkpoints,
     end_partition,
     incoming_records,
     recording_worker,
@@ -27,11 +28,6 @@ from tests.support.factories import (
 )
 
 BASE_MS = 1_700_000_000_000
-
-
-def checkpoints(aws: AwsEnv, group: str = "readers") -> dict[str, str | None]:
-    tables = Tables(aws.clients, aws.config.tables)
-    return {lease.partition_id: lease.checkpoint for lease in tables.list_leases(group)}
 
 
 def at(position: StartPosition) -> ConsumerSettings:

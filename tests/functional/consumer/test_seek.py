@@ -6,6 +6,7 @@ nothing, and the seek is recorded in the group's item."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,53 +19,46 @@ from shardlog.consumer.positions import StartPosition
 from shardlog.dal.seek import begin_seek, read_group_summary
 from shardlog.exceptions import ValidationError
 from shardlog.format import LogRecord
-from shardlog.tables import Tables
 from tests.support.aws import AwsEnv
 from tests.support.cli import run_cli
 from tests.support.factories import (
     FAST,
     Journal,
     append,
-    end_partition,
+    checkpoints,
     incoming_records,
+    leases,
     recording_worker,
-    register_partition,
     run_until_idle,
 )
-from tests.support.seek import assert_parent_first, group_seek
+from tests.support.seek import LEFT, PARENT, RIGHT, assert_parent_first, finished_split, group_seek
 
 GROUP = "readers"  # recording_worker's group
 P, Q = "p0", "q0"
-PARENT, LEFT, RIGHT = "parent", "left", "right"  # a child's id sorts before its parent's
 BASE_MS = 1_700_000_000_000
 
 
-def leases(aws: AwsEnv) -> dict[str, Any]:
-    return {
-        lease.partition_id: lease
-        for lease in Tables(aws.clients, aws.config.tables).list_leases(GROUP)
-    }
+@pytest.fixture
+def journal() -> Journal:
+    return Journal()
 
 
-def checkpoints(aws: AwsEnv) -> dict[str, str | None]:
-    return {pid: lease.checkpoint for pid, lease in leases(aws).items()}
-
-
-def consumed(aws: AwsEnv, clock: ManualClock, journal: Journal) -> Worker:
-    """P (6 records) and Q (3), consumed to their heads by worker "w", which keeps running."""
+@pytest.fixture
+def consumed(aws: AwsEnv, clock: ManualClock, journal: Journal) -> Iterator[Worker]:
+    """P (6 records) and Q (3), consumed to their heads by worker "w" (into ``journal``),
+    which keeps running until the test shuts it down, or ends (also when it fails)."""
     append(aws, P, incoming_records(6, start=0, arrival_ms=BASE_MS))
     append(aws, Q, incoming_records(3, start=0, arrival_ms=BASE_MS))
     worker = recording_worker(aws, journal, "w", clock)
     run_until_idle([worker], clock)
     assert checkpoints(aws) == {P: "6", Q: "3"}
-    return worker
+    yield worker
+    worker.shutdown()
 
 
 def test_trim_horizon_redelivers_everything_and_fences_the_running_worker(
-    aws: AwsEnv, clock: ManualClock
+    aws: AwsEnv, clock: ManualClock, journal: Journal, consumed: Worker
 ) -> None:
-    journal = Journal()
-    worker = consumed(aws, clock, journal)
     plan = group_seek(aws, clock).seek(GROUP, StartPosition.trim_horizon(), "tester@host")
     assert [(m.partition_id, m.old, m.new, m.reprocess) for m in plan.moves] == [
         (P, "6", "0", 6),
@@ -72,21 +66,20 @@ def test_trim_horizon_redelivers_everything_and_fences_the_running_worker(
     ]
     assert checkpoints(aws) == {P: "0", Q: "0"}
     assert all(lease.owner is None for lease in leases(aws).values())  # released
-    run_until_idle([worker], clock)
-    assert worker.stats.lost == 2  # its leases were taken from it: it stopped, then took them
+    run_until_idle([consumed], clock)
+    assert consumed.stats.lost == 2  # its leases were taken from it: it stopped, then took them
     assert journal.seqs(P) == [*range(6), *range(6)]
     assert journal.seqs(Q) == [0, 1, 2, 0, 1, 2]
     summary = read_group_summary(aws.clients, aws.config.consumers_table, GROUP)
     assert summary.last_seek is not None and summary.seek_owner is None  # recorded, unlocked
     assert (summary.last_seek.position, summary.last_seek.by) == ("TRIM_HORIZON", "tester@host")
     assert summary.last_seek.positions == {P: "0", Q: "0"}
-    worker.shutdown()
 
 
-def test_latest_skips_what_was_committed_before_the_seek(aws: AwsEnv, clock: ManualClock) -> None:
-    journal = Journal()
-    worker = consumed(aws, clock, journal)
-    worker.shutdown()
+def test_latest_skips_what_was_committed_before_the_seek(
+    aws: AwsEnv, clock: ManualClock, journal: Journal, consumed: Worker
+) -> None:
+    consumed.shutdown()
     append(aws, P, incoming_records(4, start=6))  # committed while no worker runs
     plan = group_seek(aws, clock).seek(GROUP, StartPosition.latest(), "tester")
     assert {m.partition_id: (m.new, m.skip) for m in plan.moves} == {P: ("10", 4), Q: ("3", 0)}
@@ -99,22 +92,17 @@ def test_latest_skips_what_was_committed_before_the_seek(aws: AwsEnv, clock: Man
 
 
 def test_at_timestamp_redelivers_from_the_first_record_that_arrived_at_or_after_it(
-    aws: AwsEnv, clock: ManualClock
+    aws: AwsEnv, clock: ManualClock, journal: Journal, consumed: Worker
 ) -> None:
-    journal = Journal()
-    worker = consumed(aws, clock, journal)
     group_seek(aws, clock).seek(GROUP, StartPosition.at_timestamp(BASE_MS + 4), "tester")
     assert checkpoints(aws) == {P: "4", Q: "3"}  # Q's records all arrived before it
-    run_until_idle([worker], clock)
+    run_until_idle([consumed], clock)
     assert journal.seqs(P) == [*range(6), 4, 5] and journal.seqs(Q) == [0, 1, 2]
-    worker.shutdown()
 
 
 def test_at_seq_moves_only_the_partitions_named_within_their_head(
-    aws: AwsEnv, clock: ManualClock
+    aws: AwsEnv, clock: ManualClock, journal: Journal, consumed: Worker
 ) -> None:
-    journal = Journal()
-    worker = consumed(aws, clock, journal)
     seek = group_seek(aws, clock)
     with pytest.raises(ValidationError, match=f"{P}=7 is past partition {P}'s head 6") as refused:
         seek.seek(GROUP, StartPosition.at_sequence({P: 7}), "tester")
@@ -125,9 +113,8 @@ def test_at_seq_moves_only_the_partitions_named_within_their_head(
     seek.seek(GROUP, StartPosition.at_sequence({P: 6}), "tester")  # the head: the edge
     seek.seek(GROUP, StartPosition.at_sequence({P: 2}), "tester")
     assert checkpoints(aws) == {P: "2", Q: "3"}
-    run_until_idle([worker], clock)
+    run_until_idle([consumed], clock)
     assert journal.seqs(P) == [*range(6), 2, 3, 4, 5] and journal.seqs(Q) == [0, 1, 2]
-    worker.shutdown()
 
 
 def test_a_worker_between_process_and_checkpoint_is_fenced_from_the_hold_on(
@@ -180,12 +167,7 @@ def test_after_a_split_the_children_wait_for_their_reopened_parent(
     """PARENT was finished (SHARD_END) and its children read; a seek into PARENT re-opens it:
     the children start again at 0, after it. A worker cycles between each of the seek's
     writes: no child record is delivered before the parent's."""
-    register_partition(aws, PARENT, ())
-    append(aws, PARENT, incoming_records(5, start=0, keys=["a", "b"]))
-    end_partition(aws, PARENT)
-    for child, start in ((LEFT, 5), (RIGHT, 8)):
-        register_partition(aws, child, (PARENT,))
-        append(aws, child, incoming_records(3, start=start, keys=["a", "b"]))
+    finished_split(aws, 5)
     journal = Journal()
     worker = recording_worker(aws, journal, "w", clock)
     run_until_idle([worker], clock)
@@ -206,12 +188,8 @@ def test_after_a_split_the_children_wait_for_their_reopened_parent(
     worker.shutdown()
 
 
-def test_a_dry_run_writes_nothing_and_counts_what_would_move(
-    aws: AwsEnv, clock: ManualClock
-) -> None:
-    journal = Journal()
-    worker = consumed(aws, clock, journal)
-    worker.shutdown()
+def test_a_dry_run_writes_nothing_and_counts_what_would_move(aws: AwsEnv, consumed: Worker) -> None:
+    consumed.shutdown()
     append(aws, Q, incoming_records(2, start=3))
     before = leases(aws)
     result = run_cli(aws, "group", "seek", "--group", GROUP, "--latest", "--dry-run", "--json")
@@ -230,10 +208,9 @@ def test_a_dry_run_writes_nothing_and_counts_what_would_move(
 
 
 def test_the_cli_asks_before_skipping_and_status_shows_the_last_seek(
-    aws: AwsEnv, clock: ManualClock
+    aws: AwsEnv, consumed: Worker
 ) -> None:
-    journal = Journal()
-    consumed(aws, clock, journal).shutdown()
+    consumed.shutdown()
     append(aws, Q, incoming_records(2, start=3))
     declined = run_cli(aws, "group", "seek", "--group", GROUP, "--latest", input="n\n")
     assert declined.exit_code == 1 and "2 committed records would be skipped" in declined.output
@@ -257,9 +234,9 @@ def test_the_cli_asks_before_skipping_and_status_shows_the_last_seek(
     ],
 )
 def test_cli_refusals_are_one_line_with_exit_2(
-    aws: AwsEnv, clock: ManualClock, args: list[str], message: str
+    aws: AwsEnv, consumed: Worker, args: list[str], message: str
 ) -> None:
-    consumed(aws, clock, Journal()).shutdown()
+    consumed.shutdown()
     group = [] if "--group" in args else ["--group", GROUP]
     result = run_cli(aws, "group", "seek", *group, *args, "--yes")
     assert result.exit_code == 2
@@ -273,9 +250,9 @@ def test_cli_takes_exactly_one_position() -> None:
 
 
 def test_a_second_seek_is_refused_while_one_holds_the_group(
-    aws: AwsEnv, clock: ManualClock
+    aws: AwsEnv, clock: ManualClock, consumed: Worker
 ) -> None:
-    consumed(aws, clock, Journal()).shutdown()
+    consumed.shutdown()
     now = clock.now_ms()
     table = aws.config.consumers_table
     assert (

@@ -31,7 +31,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -53,7 +52,7 @@ from tests.support.factories import (
     run_until_idle,
 )
 from tests.support.lambda_consumers import Recorder, runner_for
-from tests.support.schedules import Tally
+from tests.support.schedules import Tally, run_model
 
 TALLY = Tally()
 MID_RESHARD = "group created mid-reshard"
@@ -436,16 +435,4 @@ class StartPositionModel(RuleBasedStateMachine):
 
 
 def test_start_position_model(endpoint_url: str) -> None:
-    StartPositionModel.endpoint_url = endpoint_url
-    TALLY.reset()
-    run = StartPositionModel.TestCase
-    run.settings = settings(
-        max_examples=12,
-        stateful_step_count=16,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    )
-    run().runTest()
-    assert not TALLY.missing(MUST_REACH), f"never reached {TALLY.missing(MUST_REACH)}: {TALLY}"
-    print(f"start position model: {dict(sorted(TALLY.counts.items()))}")
+    run_model(StartPositionModel, endpoint_url, TALLY, MUST_REACH, examples=12, steps=16)

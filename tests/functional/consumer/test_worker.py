@@ -28,8 +28,11 @@ from tests.support.factories import (
     FAST,
     Journal,
     append,
+    checkpoints,
     end_partition,
+    fill,
     incoming_records,
+    owners,
     recording_worker,
     register_partition,
     run_until_idle,
@@ -40,21 +43,6 @@ GROUP = "readers"
 
 def tables(aws: AwsEnv) -> Tables:
     return Tables(aws.clients, aws.config.tables)
-
-
-def owners(aws: AwsEnv, group: str = GROUP) -> dict[str, str | None]:
-    return {lease.partition_id: lease.owner for lease in tables(aws).list_leases(group)}
-
-
-def checkpoints(aws: AwsEnv, group: str = GROUP) -> dict[str, str | None]:
-    return {lease.partition_id: lease.checkpoint for lease in tables(aws).list_leases(group)}
-
-
-def fill(aws: AwsEnv, partitions: int, records: int = 10, prefix: str = "p") -> list[str]:
-    ids = [f"{prefix}{i}" for i in range(partitions)]
-    for partition_id in ids:
-        append(aws, partition_id, incoming_records(records))
-    return ids
 
 
 def test_one_worker_consumes_every_partition_in_order_and_checkpoints_it(

@@ -29,13 +29,11 @@ import itertools
 from dataclasses import dataclass, field
 
 from botocore.exceptions import BotoCoreError, ClientError
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
     rule,
-    run_state_machine_as_test,
 )
 
 from shardlog import constants as C
@@ -50,7 +48,7 @@ from shardlog.tables import Tables
 from shardlog.writer import AppendResult, LogWriter
 from tests.support.aws import AwsEnv, make_env
 from tests.support.factories import ModelWriters, register_partition
-from tests.support.schedules import ANSWER_LOST, THROTTLED, CallFault, Tally
+from tests.support.schedules import ANSWER_LOST, THROTTLED, CallFault, Tally, run_model
 
 WINDOW_MS = 60_000
 LEASE_MS = 30_000
@@ -562,17 +560,4 @@ def _merged(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
 
 
 def test_idempotence_model(endpoint_url: str) -> None:
-    IdempotenceMachine.endpoint_url = endpoint_url
-    TALLY.reset()
-    run_state_machine_as_test(
-        IdempotenceMachine,
-        settings=settings(
-            max_examples=10,
-            stateful_step_count=25,
-            deadline=None,
-            derandomize=True,  # one fixed schedule set in make test; make soak explores
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-        ),
-    )
-    assert not TALLY.missing(MUST_REACH), f"never reached {TALLY.missing(MUST_REACH)}: {TALLY}"
-    print(f"idempotence model: {dict(TALLY.counts)}")
+    run_model(IdempotenceMachine, endpoint_url, TALLY, MUST_REACH, examples=10, steps=25)

@@ -27,14 +27,12 @@ import itertools
 from dataclasses import dataclass, field
 
 from botocore.exceptions import BotoCoreError, ClientError
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from shardlog import constants as C
@@ -48,7 +46,7 @@ from shardlog.tables import Tables, cancelled_items
 from shardlog.writer import AppendResult, LogWriter, PreparedBatch
 from tests.support.aws import AwsEnv, make_env
 from tests.support.factories import ModelWriters, register_partition
-from tests.support.schedules import ANSWER_LOST, THROTTLED, CallFault, Pause, Tally
+from tests.support.schedules import ANSWER_LOST, THROTTLED, CallFault, Pause, Tally, run_model
 
 KEYS = [f"k{i}" for i in range(6)]
 LEASE_MS = 30_000
@@ -469,20 +467,4 @@ class WritePathMachine(RuleBasedStateMachine):
 
 
 def test_write_path_model(endpoint_url: str) -> None:
-    WritePathMachine.endpoint_url = endpoint_url
-    TALLY.reset()
-    run_state_machine_as_test(
-        WritePathMachine,
-        settings=settings(
-            max_examples=16,
-            stateful_step_count=30,
-            deadline=None,
-            # One fixed schedule set in make test (the counts below are then stable);
-            # make soak explores fresh random schedules.
-            derandomize=True,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-        ),
-    )
-    # The model reached the dangerous schedules, not only the happy path.
-    assert not TALLY.missing(MUST_REACH), f"never reached {TALLY.missing(MUST_REACH)}: {TALLY}"
-    print(f"write-path model: {dict(TALLY.counts)}")
+    run_model(WritePathMachine, endpoint_url, TALLY, MUST_REACH, examples=16, steps=30)

@@ -41,14 +41,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow.parquet as pq
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
     rule,
-    run_state_machine_as_test,
 )
 
 from shardlog.aws import Clients
@@ -67,7 +65,7 @@ from tests.support.aws import AwsEnv, make_env
 from tests.support.factories import incoming_records, register_partition, writer_for
 from tests.support.faults import LostAnswer
 from tests.support.lake import foreign_add_files
-from tests.support.schedules import Tally
+from tests.support.schedules import Tally, run_model
 
 PARTITIONS = ("p0", "p1")
 TALLY = Tally()
@@ -617,19 +615,4 @@ class TableFiles:
 
 
 def test_lake_model(endpoint_url: str) -> None:
-    LakeMachine.endpoint_url = endpoint_url
-    TALLY.reset()
-    run_state_machine_as_test(
-        LakeMachine,
-        settings=settings(
-            max_examples=9,
-            stateful_step_count=11,
-            deadline=None,
-            # One fixed schedule set in make test (the counts below are then stable);
-            # make soak explores fresh random schedules.
-            derandomize=True,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-        ),
-    )
-    assert not TALLY.missing(MUST_REACH), f"never reached {TALLY.missing(MUST_REACH)}: {TALLY}"
-    print(f"lake model: {dict(TALLY.counts)}")
+    run_model(LakeMachine, endpoint_url, TALLY, MUST_REACH, examples=9, steps=11)

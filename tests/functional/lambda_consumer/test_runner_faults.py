@@ -18,13 +18,16 @@ from shardlog.lambda_consumer.wake import Wake
 from shardlog.tables import Tables, consumer_key
 from tests.support.aws import AwsEnv
 from tests.support.factories import append, incoming_records
-from tests.support.lambda_consumers import Recorder, Seen, plenty_of_time, received, runner_for
+from tests.support.lambda_consumers import (
+    Recorder,
+    RunnerKilled,
+    Seen,
+    plenty_of_time,
+    received,
+    runner_for,
+)
 
 P = "shardId-000000000000"
-
-
-class RunnerKilled(BaseException):
-    """The runner's process dies (not an Exception: nothing in it may catch this)."""
 
 
 def run(runner: Any, request_id: str = "r1") -> RunReport:

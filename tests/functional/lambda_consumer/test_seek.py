@@ -18,12 +18,18 @@ from shardlog.lambda_consumer.runner import Outcome, Runner, RunReport
 from shardlog.tables import consumer_key
 from tests.functional.lambda_consumer.conftest import Start
 from tests.support.aws import AwsEnv
-from tests.support.factories import append, end_partition, incoming_records, register_partition
-from tests.support.lambda_consumers import Recorder, Seen, drive, plenty_of_time, runner_for
-from tests.support.seek import assert_parent_first, group_seek
+from tests.support.factories import append, incoming_records
+from tests.support.lambda_consumers import (
+    Recorder,
+    RunnerKilled,
+    Seen,
+    drive,
+    plenty_of_time,
+    runner_for,
+)
+from tests.support.seek import LEFT, PARENT, RIGHT, assert_parent_first, finished_split, group_seek
 
 P = "shardId-000000000000"
-PARENT, LEFT, RIGHT = "parent", "left", "right"
 GROUP = "seeking"  # start_group's group: its own queues
 RUNNER_GROUP = "billing"  # runner_for's
 SWEEP_MS = 60_000  # the local sweep's interval: a moved group is woken by it
@@ -139,10 +145,6 @@ def test_a_runner_mid_retry_is_fenced_and_its_retry_state_cleared(
     assert [[s.seq for s in b] for b in recorder.calls[3:]] == [[2, 3, 4, 5], [6, 7]]
 
 
-class RunnerKilled(BaseException):
-    """The runner's process dies (nothing in it may catch this)."""
-
-
 def test_a_give_up_not_sent_yet_refuses_the_seek_until_a_runner_sends_it(
     aws: AwsEnv, clock: ManualClock
 ) -> None:
@@ -182,12 +184,7 @@ def test_a_give_up_not_sent_yet_refuses_the_seek_until_a_runner_sends_it(
 def test_after_a_split_the_children_wait_for_their_reopened_parent(
     aws: AwsEnv, clock: ManualClock, start_group: Start
 ) -> None:
-    register_partition(aws, PARENT, ())
-    append(aws, PARENT, incoming_records(4, start=0, keys=["a", "b"]))
-    end_partition(aws, PARENT)
-    for child, start in ((LEFT, 4), (RIGHT, 7)):
-        register_partition(aws, child, (PARENT,))
-        append(aws, child, incoming_records(3, start=start, keys=["a", "b"]))
+    finished_split(aws, 4)
     recorder = Recorder()
     group = start_group(recorder, GROUP)
     drive(group, clock)

@@ -1,8 +1,8 @@
 """A model of group seeks on a Lambda consumer group, among commits, wakes, runner crashes
-(leases left live), a seek landing mid-invocation, a split and its parent's end: after each
-seek, every delivery starts at the seek's position and skips nothing, children wait for a
-parent the seek re-opened, and at the end every record from the last seek's positions on is
-delivered, each key in produce order."""
+(leases left live), a seek landing mid-invocation, a split and its parent's end, a seek back
+into the parent once it was read to its end: after each seek, every delivery starts at the
+seek's position and skips nothing, children wait for a parent the seek re-opened, and at the
+end every record from the last seek's positions on is delivered, each key in produce order."""
 
 from __future__ import annotations
 
@@ -10,24 +10,24 @@ import math
 from typing import Any
 
 import hypothesis.strategies as st
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 from shardlog import constants as C
-from shardlog.clock import ManualClock
 from shardlog.consumer.positions import StartPosition
 from shardlog.consumer.seek import SeekPlan
 from shardlog.lambda_consumer.runner import Outcome
 from shardlog.tables import Tables
-from tests.functional.lambda_consumer.test_model import Killer, RunnerKilled
-from tests.support.aws import AwsEnv, make_env
-from tests.support.factories import append, end_partition, incoming_records, register_partition
-from tests.support.lambda_consumers import Recorder, Seen, runner_for
-from tests.support.schedules import Tally
+from tests.support.lambda_consumers import Seen
+from tests.support.lambda_model import (
+    PARTITIONS,
+    ROOT,
+    Killer,
+    SplittingGroupModel,
+    assert_each_key_in_produce_order,
+)
+from tests.support.schedules import Tally, run_model
 from tests.support.seek import group_seek
 
-ROOT, LEFT, RIGHT = "p0", "c1", "c2"
-PARTITIONS = (ROOT, LEFT, RIGHT)
 KEYS = ("a", "b")
 GROUP = "seek-model"
 TALLY = Tally()
@@ -43,21 +43,15 @@ MUST_REACH = (
 )
 
 
-class SeekModel(RuleBasedStateMachine):
-    endpoint_url: str = ""
+class SeekModel(SplittingGroupModel):
+    tally = TALLY
+    GROUP = GROUP
+    BATCH_SIZES = (2, 3)
+    SEGMENT_MAX_RECORDS = 2
+    KEYS = KEYS
 
     def __init__(self) -> None:
         super().__init__()
-        self.aws: AwsEnv = make_env(self.endpoint_url, 1)
-        self.clock = ManualClock()
-        self.counters: dict[str, int] = dict.fromkeys(KEYS, 0)
-        self.committed: dict[str, int] = dict.fromkeys(PARTITIONS, 0)
-        self.split = False
-        self.ended: set[str] = set()
-        self.recorder = Recorder(self._answer)
-        self.runners = [
-            runner_for(self.aws, self.clock, self.recorder, GROUP, batch_size=b)[0] for b in (2, 3)
-        ]
         self.killer = Killer(self.runners[0])
         self.tables = Tables(self.aws.clients, self.aws.config.tables)
         self.seek_in_answer: StartPosition | None = None
@@ -65,9 +59,6 @@ class SeekModel(RuleBasedStateMachine):
         # and how many deliveries there were before it returned.
         self.starts: dict[str, int | None] = dict.fromkeys(PARTITIONS, 0)
         self.mark = 0
-        self.runs = 0
-        register_partition(self.aws, ROOT, ())
-        TALLY.add("schedules")
 
     # --- the function ----------------------------------------------------------------------
     def _answer(self, _batch: list[Seen]) -> Any:
@@ -78,62 +69,12 @@ class SeekModel(RuleBasedStateMachine):
         return {"batchItemFailures": []}
 
     # --- the world ---------------------------------------------------------------------------
-    def _open(self) -> list[str]:
-        return [LEFT, RIGHT] if self.split else [ROOT]
-
     @rule(count=st.integers(1, 5), which=st.integers(0, 1))
     def commit(self, count: int, which: int) -> None:
-        partition = self._open()[which % len(self._open())]
-        records = []
         self.clock.advance(10)  # arrivals never go back: AT_TIMESTAMP can find its record
-        for record in incoming_records(count, keys=KEYS, arrival_ms=self.clock.now_ms()):
-            key = record.partition_key if not self.split else KEYS[PARTITIONS.index(partition) - 1]
-            n = self.counters[key]
-            self.counters[key] += 1
-            records.append(
-                type(record)(
-                    key, f"{key}:{n}".encode(), record.kinesis_sequence_number, record.arrival_ms
-                )
-            )
-        append(self.aws, partition, records, segment_max_records=2)
-        self.committed[partition] += count
-
-    @precondition(lambda self: not self.split)
-    @rule()
-    def reshard(self) -> None:
-        for child in (LEFT, RIGHT):
-            register_partition(self.aws, child, (ROOT,))
-        self.split = True
-        TALLY.add("split")
-
-    @precondition(lambda self: self.split and ROOT not in self.ended)
-    @rule()
-    def end_parent(self) -> None:
-        end_partition(self.aws, ROOT)
-        self.ended.add(ROOT)
-
-    @rule(ms=st.sampled_from([1_000, 100_000]))
-    def time_passes(self, ms: int) -> None:
-        self.clock.advance(ms)
+        self._commit(count, which, arrival_ms=self.clock.now_ms())
 
     # --- runners -----------------------------------------------------------------------------
-    def _run(self, partition: str, runner: int) -> Outcome | None:
-        try:
-            report = self.runners[runner].run(
-                partition, request_id=f"r{self.runs}", remaining_ms=lambda: 900_000
-            )
-        except RunnerKilled:
-            TALLY.add("crash")
-            return None
-        finally:
-            self.runs += 1
-        TALLY.add(str(report.outcome))
-        return report.outcome
-
-    @rule(which=st.sampled_from(PARTITIONS), runner=st.integers(0, 1))
-    def wake(self, which: str, runner: int) -> None:
-        self._run(which, runner)
-
     @rule(calls=st.integers(1, 10))
     def crash_mid_run(self, calls: int) -> None:
         self.killer.calls_left = calls
@@ -176,6 +117,23 @@ class SeekModel(RuleBasedStateMachine):
     @rule(kind=st.sampled_from(KINDS), seq=st.integers(0, 12), back_ms=st.integers(0, 400))
     def seek(self, kind: str, seq: int, back_ms: int) -> None:
         self._seek(self._position(kind, seq, back_ms))
+
+    @precondition(lambda self: self.committed[ROOT] > 0)
+    @rule(
+        kind=st.sampled_from(["TRIM_HORIZON", "AT_TIMESTAMP", "AT_SEQUENCE"]),
+        seq=st.integers(0, 12),
+    )
+    def seek_into_the_finished_parent(self, kind: str, seq: int) -> None:
+        """The parent splits and ends (if it has not yet), and is read to its end (SHARD_END)
+        once the leases left by crashed runners expire; then a seek back into it re-opens it
+        under its children."""
+        if not self.split:
+            self.reshard()
+        if ROOT not in self.ended:
+            self.end_parent()
+        self.clock.advance(self.runners[0].consumer.lease_ms + 1)
+        self._run(ROOT, 1)
+        self._seek(self._position(kind, seq, 400))
 
     @rule(kind=st.sampled_from(KINDS), seq=st.integers(0, 12), count=st.integers(1, 4))
     def seek_mid_invocation(self, kind: str, seq: int, count: int) -> None:
@@ -221,40 +179,16 @@ class SeekModel(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Drain; then every record from the last seek's positions on was delivered since
         that seek, each key in produce order."""
-        self.clock.advance(self.runners[0].consumer.lease_ms + 1)
-        if self.split and ROOT not in self.ended:
-            end_partition(self.aws, ROOT)
-            self.ended.add(ROOT)
-        for _ in range(4):
-            for partition in PARTITIONS:
-                self._run(partition, 1)
+        self._drain()
         self.since_the_last_seek_nothing_before_its_position_nor_skipped()
         since = self._delivered()[self.mark :]
         for partition, start in self.starts.items():
             got = {seq for p, seq, _, _ in since if p == partition}
             if start is not None:
                 assert got >= set(range(start, self.committed[partition])), partition
-        first: dict[str, list[int]] = {key: [] for key in KEYS}
-        once: set[tuple[str, int]] = set()
-        for partition, seq, key, number in since:
-            if (partition, seq) not in once:
-                once.add((partition, seq))
-                first[key].append(number)
-        for key, numbers in first.items():
-            assert numbers == sorted(numbers), f"key {key} out of produce order: {numbers}"
+        seen = [s for batch in self.recorder.calls for s in batch]
+        assert_each_key_in_produce_order(seen[self.mark :])
 
 
 def test_seek_model(endpoint_url: str) -> None:
-    SeekModel.endpoint_url = endpoint_url
-    TALLY.reset()
-    run = SeekModel.TestCase
-    run.settings = settings(
-        max_examples=10,
-        stateful_step_count=16,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    )
-    run().runTest()
-    assert not TALLY.missing(MUST_REACH), f"never reached {TALLY.missing(MUST_REACH)}: {TALLY}"
-    print(f"seek model: {dict(TALLY.counts)}")
+    run_model(SeekModel, endpoint_url, TALLY, MUST_REACH, examples=10, steps=16)

@@ -8,19 +8,6 @@ from shardlog.hashing import hash_key, shard_for_key
 from shardlog.shardsync import list_shards
 from tests.support.aws import make_env
 
-# Computed once outside Python: `printf '%s' KEY | md5sum`, the hex digest converted to
-# decimal with `bc` (ibase=16). Kinesis hashes the UTF-8 bytes of the key.
-KNOWN_HASH_KEYS = {
-    "": 281949768489412648962353822266799178366,  # d41d8cd98f00b204e9800998ecf8427e
-    "a": 16955237001963240173058271559858726497,  # 0cc175b9c0f1b6a831c399e269772661
-    "hello": 123957004363873451094272536567338222994,  # 5d41402abc4b2a76b9719d911017c592
-    "partition-key-1": 33365116028791453877729010807000998774,
-    "user-42": 157107139746365290205026809710278036035,
-    "shardlog": 173087301341773604789414172731031155740,
-    "\u00e9": 136732923097551493579404309126273812335,  # c3 a9
-    "\u65e5\u672c\u8a9e": 88491575051939950596574576699976684,  # 00110af8..., a leading zero byte
-}
-
 
 def test_routing_matches_kinesis_for_many_keys(endpoint_url: str) -> None:
     env = make_env(endpoint_url, 4)
