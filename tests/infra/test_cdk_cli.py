@@ -15,6 +15,7 @@ from infra import constants as IC
 from tests.infra.cdk_synth import (
     REPO_ROOT,
     TEST_ALARM_EMAIL,
+    TEST_COMPACT_AFTER_RECORDS,
     TEST_CONSUMER_GROUP,
     TEST_LAMBDA_CONSUMERS,
     Synthesized,
@@ -78,6 +79,7 @@ def cli_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"{IC.CTX_ALARM_EMAIL}={TEST_ALARM_EMAIL}",
         f"{IC.CTX_LAMBDA_CONSUMERS}={json.dumps(TEST_LAMBDA_CONSUMERS)}",
         f"{IC.CTX_CONSUMER_GROUPS}={json.dumps([TEST_CONSUMER_GROUP])}",
+        f"{IC.CTX_COMPACT_AFTER_RECORDS}={TEST_COMPACT_AFTER_RECORDS}",
     )
     assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
     return outdir
