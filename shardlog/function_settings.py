@@ -240,6 +240,7 @@ class SparkTriggerSettings(FunctionSettings):
         "region": C.ENV_REGION,
         "compaction_max_records": C.ENV_COMPACTION_MAX_RECORDS,
         "lake_tables": C.ENV_LAKE_TABLES,
+        "lake_table": C.ENV_LAKE_TABLE,
         "compact_after_records": C.ENV_COMPACT_AFTER_RECORDS,
         "compact_after_bytes": C.ENV_COMPACT_AFTER_BYTES,
     }
@@ -257,6 +258,8 @@ class SparkTriggerSettings(FunctionSettings):
     compaction_max_records: CompactionMaxRecords = C.DEFAULT_COMPACTION_MAX_RECORDS
     # The declared typed lake tables, JSON (checked at synth; the job checks them again).
     lake_tables: str = ""
+    # The raw table the jobs write, <database>.<table> (the stack's default unless set).
+    lake_table: str = Field(default=C.DEFAULT_LAKE_TABLE, pattern=r"^[^.]+\.[^.]+$")
     # Compaction by volume (the partitions table's stream): off unless one is set.
     compact_after_records: CompactAfterRecords | None = None
     compact_after_bytes: CompactAfterBytes | None = None
@@ -280,6 +283,7 @@ class SparkTriggerSettings(FunctionSettings):
             region=self.region,
             endpoint_url=endpoint_url,
             max_records=self.compaction_max_records,
+            lake_table=self.lake_table,
             lake_tables=self.lake_tables,
         )
 

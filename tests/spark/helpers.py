@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from shardlog import constants as C
 from shardlog.clock import SystemClock
 from shardlog.function_settings import SparkTriggerSettings
 from shardlog.lake.catalog import open_table
@@ -56,6 +58,8 @@ def provision_trigger(
         spark_deps_uri=f"s3://artifacts-{suffix}/spark_deps/spark_jobs_deps.tar.gz",
         bucket=aws.config.bucket,
         tables=aws.config.tables,
+        # The test's own lake table (tests/spark/conftest.py): moto's catalog is the session's.
+        lake_table=os.environ.get(C.ENV_LAKE_TABLE, C.DEFAULT_LAKE_TABLE),
         **settings,
     )
 
