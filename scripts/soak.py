@@ -243,6 +243,26 @@ class Plan:
         return self.turns.get(name, self.chunk)
 
 
+class ProgressLines:
+    """Where stderr is not a terminal (a soak left running under nohup), a progress bar shows
+    nothing until the end: one line a minute instead, with the rate and the time to go."""
+
+    def __init__(self, target: int, started: float, every_s: float = 60.0) -> None:
+        self.target, self.started, self.every_s = target, started, every_s
+        self.printed = started
+
+    def line(self, now: float, long_schedules: int) -> str | None:
+        """The line to print at ``now`` (monotonic seconds), None before the next minute."""
+        if now - self.printed < self.every_s:
+            return None
+        self.printed = now
+        minutes = (now - self.started) / 60
+        rate = long_schedules / minutes if minutes else 0.0
+        left = max(self.target - long_schedules, 0)
+        to_go = f", about {left / rate:.0f} min to {self.target:,}" if rate else ""
+        return f"{minutes:.0f} min: {long_schedules:,} long schedules ({rate:.1f}/min{to_go})"
+
+
 def stop_on_signals(stop: Any) -> dict[str, str]:
     """SIGTERM or SIGINT (Ctrl-C) asks the soak to stop: the processes finish the turn under
     way and the report still comes, with the signal's name under ``stopped_by``."""
@@ -511,10 +531,13 @@ def main(
     totals = Totals()
     errors: list[str] = []
     running = processes
+    lines = None if sys.stderr.isatty() else ProgressLines(schedules, started)
     with click.progressbar(length=schedules, label="schedules", file=sys.stderr) as bar:
         while running:
             if time.monotonic() >= deadline or sum(totals.long_schedules.values()) >= schedules:
                 stop.set()
+            if lines and (line := lines.line(time.monotonic(), totals.long_schedules.total())):
+                click.echo(line, err=True)
             try:
                 kind, *rest = events.get(timeout=5)
             except queue.Empty:

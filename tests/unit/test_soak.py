@@ -24,6 +24,7 @@ from scripts.soak import (
     MACHINES,
     Machine,
     Plan,
+    ProgressLines,
     _counting,
     _parse_turns,
     _violation,
@@ -188,3 +189,13 @@ def test_a_signal_stops_the_soak_and_names_itself_in_the_report(signum: signal.S
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+def test_a_soak_without_a_terminal_prints_one_progress_line_a_minute() -> None:
+    lines = ProgressLines(target=1_000, started=100.0)
+    assert lines.line(159.0, 40) is None  # not a minute yet
+    assert lines.line(160.0, 50) == "1 min: 50 long schedules (50.0/min, about 19 min to 1,000)"
+    assert lines.line(219.0, 90) is None  # a minute since the last line, not since the start
+    assert (
+        lines.line(220.0, 1_000) == "2 min: 1,000 long schedules (500.0/min, about 0 min to 1,000)"
+    )
