@@ -29,37 +29,13 @@ from tests.infra.cdk_synth import (
     TEST_LAMBDA_CONSUMERS,
     Synthesized,
 )
+from tests.support.iam.binding import bind
 from tests.support.iam.deployment import Deployment
 from tests.support.iam.replay import ReplayResult, replay
-from tests.support.iam.workload import LocalNames, run_workload
+from tests.support.iam.workload import run_workload
 
 # Functions of the template that run no shardlog code: CDK's own handlers.
 NOT_SHARDLOG_CODE = {"index.handler": "aws-cdk-lib's BucketDeployment custom resource"}
-
-
-def bind(synth: Synthesized, names: LocalNames) -> Deployment:
-    """The template, with its resources named as the workload's embedded AWS named them."""
-    stack = synth.stack
-    logical = synth.logical_id
-    storage = stack.storage
-    bound = {
-        logical(storage.bucket): names.bucket,
-        logical(storage.partitions_table): names.partitions_table,
-        logical(storage.consumers_table): names.consumers_table,
-        logical(storage.stream): names.stream,
-        logical(stack.analytics.execution_role): names.execution_role,
-        logical(stack.analytics.artifacts_bucket): names.artifacts_bucket,
-    }
-    for group, construct in stack.lambda_consumers.groups.items():
-        bound[logical(construct.wake_queue)] = names.wake_queues[group]
-        if construct.failure_queue is not None:
-            bound[logical(construct.failure_queue)] = names.failure_queues[group]
-    attributes = {
-        (logical(storage.partitions_table), "StreamArn"): names.partitions_stream_arn,
-        (stack.analytics.application.logical_id, "ApplicationId"): names.application_id,
-    }
-    attributes = {(str(stack.resolve(k)), a): v for (k, a), v in attributes.items()}
-    return Deployment(synth.json, names=bound, attributes=attributes)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ implicitly (each rule below is one function, named in the report as the reason):
   the service (``kms:ViaService``), allowed by the key policy and the caller's policies:
   S3 objects, DynamoDB tables (every item request, and the table's stream), Kinesis
   records, SQS messages, SNS messages;
+- ``PutObjectTagging``: ``s3:PutObjectTagging`` (``...VersionTagging`` with a version id),
+  and no KMS: a tag is the object's metadata, not its data;
 - ``StartJobRun``: ``iam:PassRole`` of the execution role to EMR Serverless;
 - Glue: a table request is authorized on the catalog, the database and the table.
 
@@ -353,6 +355,13 @@ def _delete_objects(call: Call, scope: Scope) -> Iterator[Need]:
         )
 
 
+def _put_object_tagging(call: Call, scope: Scope) -> Iterator[Need]:
+    # Tags are the object's metadata, not its data: no KMS, no s3:PutObject.
+    versioned = call.params.get("VersionId")
+    action = "s3:PutObjectVersionTagging" if versioned else "s3:PutObjectTagging"
+    yield Need(action, _object(call))
+
+
 def _head_bucket(call: Call, scope: Scope) -> Iterator[Need]:
     yield Need("s3:ListBucket", _bucket(call))
 
@@ -474,6 +483,7 @@ _TRANSLATORS: dict[tuple[str, str], Translator] = {
     ("s3", "DeleteObject"): _delete_object,
     ("s3", "DeleteObjects"): _delete_objects,
     ("s3", "HeadBucket"): _head_bucket,
+    ("s3", "PutObjectTagging"): _put_object_tagging,
     ("sqs", "SendMessage"): _sqs("SendMessage", SEND),
     ("sqs", "SendMessageBatch"): _sqs("SendMessage", SEND),
     ("sqs", "ReceiveMessage"): _sqs("ReceiveMessage", DECRYPT),

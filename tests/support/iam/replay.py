@@ -66,6 +66,7 @@ _DESCRIBE_KEY = (
 )
 TRIGGER = "function:lambdas.spark_trigger.handler.handler"
 REGISTRATION = "function:lambdas.group_registration.handler.handler"
+TRIMMER = "function:lambdas.retention.handler.handler"  # only with record retention set
 # Permissions AWS itself uses with the role, on no path of the code.
 NEEDED_BY_AWS: tuple[Grant, ...] = (
     Grant("function:*", "logs:CreateLogStream", "*", _LOGS),
@@ -115,6 +116,7 @@ NEEDED_BY_AWS: tuple[Grant, ...] = (
     ),
     Grant("consumer-group:*", "kms:GenerateDataKey", "*", _DYNAMODB_WRITER_KEY),
     Grant(REGISTRATION, "kms:GenerateDataKey", "*", _DYNAMODB_WRITER_KEY),
+    Grant(TRIMMER, "kms:GenerateDataKey", "*", _DYNAMODB_WRITER_KEY),
 )
 # Permissions of code paths the workload does not drive, each with the test that does.
 NOT_DRIVEN: tuple[Grant, ...] = (
