@@ -600,6 +600,14 @@ MUTATIONS = (
         IAM_REPLAY,
     ),
     Mutation(
+        "iam-trimmer-tag",
+        "the retention trimmer's s3:PutObjectTagging of the segments below a horizon",
+        "infra/retention.py",
+        'TRIMMER_OBJECT_ACTIONS = ["s3:PutObjectTagging"]',
+        'TRIMMER_OBJECT_ACTIONS = ["s3:GetObjectTagging"]',
+        ("tests/infra/test_iam_replay_retention.py",),
+    ),
+    Mutation(
         "console-escape",
         "the console's HTML escaping of every value (a record's key or data as markup)",
         "shardlog/console/render.py",
