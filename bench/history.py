@@ -1,5 +1,6 @@
 """The hot paths against history: requests, read units and seconds per sweep, shard sync,
-balance and `status`, with 0, 500 and 2,000 retired partitions beside a handful of live ones.
+balance, `status` and a compaction's plan (its read of the partitions), with 0, 500 and
+2,000 retired partitions beside a handful of live ones.
 
 A long-lived stream that reshards leaves ENDED partitions behind, one item each in the
 partitions table and one lease item per group in the consumers table. Before the live set,
@@ -21,7 +22,7 @@ is written straight to the tables. Each operation runs ``--repeats`` times; per 
 - **ms**: wall time on the embedded AWS (noisy on a busy machine: compare ratios).
 
 Usage: python bench/history.py [--history 0,500,2000] [--live N] [--groups N]
-                               [--repeats N] [--json]
+                               [--repeats N] [--operation NAME ...] [--json]
 """
 
 from __future__ import annotations
@@ -43,11 +44,11 @@ from shardlog.clock import ManualClock
 from shardlog.config import ShardlogConfig
 from shardlog.consumer.settings import ConsumerSettings
 from shardlog.consumer.worker import Worker
-from shardlog.dal.consumers import LAMBDA, create_group, write_checkpoints
+from shardlog.dal.consumers import LAKE, LAMBDA, create_group, lake_reader, write_checkpoints
 from shardlog.dal.partitions import PartitionsTable
 from shardlog.lambda_consumer.wake import sweep
 from shardlog.local.embedded import EmbeddedAWS, provision
-from shardlog.retirement import Retirement, RetirementResult
+from shardlog.retirement import LakeReader, Retirement, RetirementResult
 from shardlog.shardsync import ShardSync
 from shardlog.status_rows import ingest_rows
 from shardlog.tables import LiveLineage, Tables
@@ -137,6 +138,8 @@ def build(config: ShardlogConfig, history: int, live: int, groups: list[str]) ->
     PartitionsTable(clients, config.tables).write_history(retired, HEAD, 0)
     for group, checkpoint in [*((g, C.SHARD_END) for g in groups), (C.COMPACTION_GROUP, "")]:
         write_checkpoints(clients, config.consumers_table, group, retired, checkpoint or str(HEAD))
+    # The raw lake table, registered as a reader of the log and caught up (retirement.py).
+    create_group(clients, config.consumers_table, C.COMPACTION_GROUP, LAKE, 0, "TRIM_HORIZON", {})
     return clients
 
 
@@ -162,6 +165,7 @@ def operations(
         "shard sync": sync.sync,
         "balance": lambda: worker._balance(clock.now_ms()),
         "status": lambda: ingest_rows(clients, config.stream_name, config.tables, with_lag=False),
+        "compaction plan": lambda: LakeReader.open(clients, config.tables, lake_reader(), clock),
     }
 
 
@@ -187,13 +191,22 @@ def measure(
     )
 
 
-def run(history: int, live: int, group_count: int, repeats: int, endpoint: str) -> list[Row]:
+def run(
+    history: int,
+    live: int,
+    group_count: int,
+    repeats: int,
+    endpoint: str,
+    only: frozenset[str] = frozenset(),
+) -> list[Row]:
     config = common.named_log(f"history-{history}-{time.time_ns() % 10**9}", endpoint)
     groups = [f"group-{i}" for i in range(group_count)]
     clients = build(config, history, live, groups)
     clients.add_hook("before-call.dynamodb", _remember_params)
     rows = []
     for name, op in operations(clients, config, groups).items():
+        if only and name not in only:
+            continue
         rows.append(measure(clients, history, name, op, "live", repeats))
         with scan_reads():
             rows.append(measure(clients, history, name, op, "scan", repeats))
@@ -220,13 +233,18 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--operation", action="append", default=[], help="only this one (repeatable)"
+    )
     args = parser.parse_args()
     with EmbeddedAWS() as aws:
         endpoint = aws.endpoint_url
         rows = [
             row
             for history in (int(h) for h in args.history.split(","))
-            for row in run(history, args.live, args.groups, args.repeats, endpoint)
+            for row in run(
+                history, args.live, args.groups, args.repeats, endpoint, frozenset(args.operation)
+            )
         ]
     if args.json:
         print(json.dumps([asdict(r) for r in rows]))

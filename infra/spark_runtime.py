@@ -26,6 +26,7 @@ from infra.lake_catalog import LAKE_DATABASE, LAKE_GLUE_ACTIONS, LAKE_OBJECT_ACT
 from infra.nag import acknowledge_job_run_grant
 from infra.storage import Storage, name_in_key_policy
 from shardlog import constants as C
+from shardlog.dal.consumers import lake_reader
 from shardlog.lake.declared import LakeTables
 
 SPARK_JOBS_DIR = REPO_ROOT / "spark_jobs"
@@ -35,13 +36,20 @@ JOB_SCRIPT_EXCLUDES = ["**/__pycache__/**", "**/*.pyc", "tests/**", "**/.ipynb_c
 # The jobs read the committed log, then write their own prefixes. A retry overwrites a file
 # with a PUT at the same deterministic key: nothing is ever deleted, so no DeleteObject.
 OUTPUT_OBJECT_ACTIONS = ["s3:GetObject", "s3:PutObject"]
-# Partitions: list them with nextSequenceNumber (what is committed; a table of one item per
-# shard, so a Scan; no single-item read). Consumers: the compaction watermark is a
-# consumer-group item advanced with a conditional UpdateItem; analytics reads the group's
-# items with a Query. Both touch only the $compaction items (Storage.grant_consumer_items):
-# never a lease of ingest or of a consumer group.
+# Partitions: a lake table caught up plans over the live set (a Query of the live index,
+# Storage.grant_live_set); before that, and for a backfill, every partition with its
+# nextSequenceNumber (a Scan). Consumers: each lake table reads the log as a group of its
+# own (shardlog/retirement.py): its "$group" item registers it (GetItem, a conditional
+# PutItem), its watermark mirror is advanced with a conditional UpdateItem; analytics reads
+# the raw table's items with a Query. All of it only on the lake tables' own items
+# (Storage.grant_consumer_items): never a lease of ingest or of a consumer group.
 JOB_PARTITIONS_ACTIONS = ["dynamodb:Scan"]
-JOB_CONSUMERS_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"]
+JOB_CONSUMERS_ACTIONS = [
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+]
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
 JOB_KEY_SERVICES = ["s3", "dynamodb"]
 
@@ -165,7 +173,10 @@ def execution_role(
     ]
     for statement in statements:
         role.add_to_policy(statement)
-    storage.grant_consumer_items(role, JOB_CONSUMERS_ACTIONS, C.COMPACTION_GROUP)
+    declared = lake_tables.tables if lake_tables is not None else ()
+    readers = [lake_reader(), *(lake_reader(table.name) for table in declared)]
+    storage.grant_consumer_items(role, JOB_CONSUMERS_ACTIONS, *readers)
+    storage.grant_live_set(role)
     # The data key's policy names the role. The artifacts key's cannot: the role trusts
     # the application, whose log configuration names that key (a cycle); the role's
     # identity policy above is its grant there.

@@ -985,6 +985,32 @@ MUTATIONS = (
         ("tests/functional/consumer/test_live_set.py",),
     ),
     Mutation(
+        "lake-reader-retirement",
+        "retirement waiting for every lake table's watermark, the declared tables' included, "
+        "before it retires a partition",
+        "shardlog/retirement.py",
+        "    return is_lake_reader(reader) and lake_at_head",
+        "    return reader == C.COMPACTION_GROUP and lake_at_head",
+        ("tests/functional/lake/test_lake_readers.py",),
+    ),
+    Mutation(
+        "lake-reader-caught-up",
+        "a lake table planning over the live set only once it holds every ENDED partition "
+        "of its full read (history retired before it existed)",
+        "shardlog/retirement.py",
+        "        if behind:\n",
+        "        if False:\n",
+        ("tests/functional/lake/test_lake_readers.py",),
+    ),
+    Mutation(
+        "retention-typed-tables",
+        "retention holding the segments a declared lake table does not have yet",
+        "shardlog/retention.py",
+        "    lake = {g for g in checkpoints.groups if is_lake_reader(g)} | {C.COMPACTION_GROUP}",
+        "    lake = {C.COMPACTION_GROUP}",
+        RETENTION,
+    ),
+    Mutation(
         "capacity-runner-reads",
         "the capacity model's count of the Lambda runner's reads per wake (make test checks the "
         "model against a local run at 12 shards; a count one off per commit must fail there)",

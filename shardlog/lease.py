@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
@@ -33,8 +31,8 @@ from shardlog.tables import (
     Lease,
     Update,
     consumer_key,
-    is_conditional_failure,
     n,
+    put_new_consumer_item,
     s,
     update_item,
 )
@@ -287,16 +285,7 @@ class LeaseManager:
         }
         if checkpoint is not None:
             item[C.ATTR_CHECKPOINT] = s(checkpoint)
-        try:
-            self.clients.dynamodb.put_item(
-                TableName=self.table_name,
-                Item=item,
-                ConditionExpression="attribute_not_exists(#g)",
-                ExpressionAttributeNames={"#g": C.ATTR_CONSUMER_GROUP},
-            )
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
+        put_new_consumer_item(self.clients, self.table_name, item)
 
     # --- helpers -------------------------------------------------------------------------
     def _update(

@@ -8,10 +8,13 @@ Default: keep forever. With a retention of N days (``shardlog:recordRetentionDay
    created the object (its LastModified). Not the header's ``written at``: the listing
    returns LastModified for free (the header needs a GetObject per segment), and it is the
    very clock the bucket's lifecycle rule counts its days on;
-2. the lake holds it: ``end <= watermark``, the next seq the lake table does not hold. The
-   watermark is read from the compaction's ``$compaction`` mirror in the consumers table:
+2. the lake holds it: ``end <= watermark``, the next seq the lake table does not hold, for
+   every lake table: the raw one and each declared typed table. Each watermark is read from
+   the table's mirror in the consumers table (``$compaction``, ``$compaction:<table>``):
    compaction writes it after its Iceberg commit and it only moves up, so it is never ahead
-   of the table (a lagging mirror only trims later). ``SHARD_END`` there: all of it;
+   of the table (a lagging mirror only trims later). ``SHARD_END`` there: all of it. A
+   declared table with no mirror item on the partition yet (registered by its first run, a
+   ``$group`` item) holds the whole partition;
 3. (``hold_for_groups``, on by default) every consumer group has read it: ``end <=
    checkpoint`` for every group with an item in the consumers table, worker and Lambda
    groups alike. ``SHARD_END``: all of it. A group with no lease item on the partition yet,
@@ -58,16 +61,16 @@ from dataclasses import dataclass, field
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
-from shardlog.dal.consumers import Checkpoints, all_checkpoints
+from shardlog.dal.consumers import Checkpoints, all_checkpoints, is_lake_reader
 from shardlog.dal.partitions import PartitionsTable
 from shardlog.exceptions import CorruptLogError, ValidationError
 from shardlog.segments import AgedStart, SegmentStore, log_prefix
 from shardlog.tables import PartitionInfo, TableNames, Tables
 
 DAY_MS = 24 * 3600 * 1000
-# Groups whose checkpoints are not log positions (the ingest's are Kinesis sequence numbers)
-# or are the lake watermark, read on its own.
-NOT_READERS = frozenset({C.INGEST_GROUP, C.COMPACTION_GROUP})
+# The group whose checkpoints are not log positions (Kinesis sequence numbers); the lake
+# tables' (``is_lake_reader``) are their watermarks, read on their own.
+NOT_READERS = frozenset({C.INGEST_GROUP})
 ALL = 2**64  # a checkpoint of SHARD_END: past every seq
 
 
@@ -105,15 +108,17 @@ class RetentionPolicy:
 
 @dataclass(frozen=True)
 class Holds:
-    """What holds a partition's segments: the lake watermark and each group's next seq."""
+    """What holds a partition's segments: the lake's watermark (the lowest of its tables',
+    ``lake_table`` the one) and each group's next seq."""
 
     watermark: int
     groups: Mapping[str, int] = field(default_factory=dict)
+    lake_table: str = "the lake"
 
     def reason(self, end: int, hold_for_groups: bool) -> str | None:
         """Why a segment ending at ``end`` is held (None: neither lake nor group holds it)."""
         if end > self.watermark:
-            return f"the lake holds records below {self.watermark} only"
+            return f"{self.lake_table} holds records below {self.watermark} only"
         if hold_for_groups:
             for group, position in sorted(self.groups.items()):
                 if end > position:
@@ -179,8 +184,13 @@ def holds_of(partition: PartitionInfo, checkpoints: Checkpoints) -> Holds:
             return ALL
         return int(checkpoint) if checkpoint is not None and checkpoint.isdigit() else 0
 
-    groups = {g: position(g) for g in checkpoints.groups - NOT_READERS}
-    return Holds(position(C.COMPACTION_GROUP), groups)
+    groups = {g: position(g) for g in checkpoints.groups - NOT_READERS if not is_lake_reader(g)}
+    # The raw table always holds (no mirror yet: nothing is in the lake); each declared one
+    # from its registration on.
+    lake = {g for g in checkpoints.groups if is_lake_reader(g)} | {C.COMPACTION_GROUP}
+    lowest = min(sorted(lake), key=position)
+    name = "the lake" if lowest == C.COMPACTION_GROUP else f"lake table {lowest.split(':', 1)[1]}"
+    return Holds(position(lowest), groups, name)
 
 
 @dataclass

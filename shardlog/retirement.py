@@ -29,6 +29,18 @@ new group in step 2 (its lease is missing or not at the end: no retirement), or 
 read the revision before the revival bumped it (its write is refused, or lands first and
 the revival undoes it). A group seek that moves a group back does the same.
 
+**Lake tables are readers too.** Each lake table (the raw one and every declared one)
+reads the log under a group of its own (``$compaction``, ``$compaction:<table>``: its
+watermark mirror, shardlog/dal/consumers.py), registered by a ``$group`` item of kind
+``lake``, so step 2 finds it and step 3 waits for its watermark to reach the head. A lake
+table's run plans over the live set too (``LakeReader``), once it is **caught up**: on its
+runs before that (a new table, or one from before the registration), it registers first,
+reads every partition (one Scan) and is caught up once every ENDED partition of such a read
+is in the table; the ``$group`` item then says so (its positions, empty). A partition
+retired by a pass that had not seen the registration was ENDED before it, so that read
+found it, and it was in the table before the reader said it was caught up: a caught-up
+reader has every retired partition, and every other one is live.
+
 Retired means done for everyone, so a child whose parent is retired is not held back by
 it: the hot paths read parents missing from the index by key, and a retired parent passes
 (``shardlog.partitions.parents_done``).
@@ -47,6 +59,12 @@ from dataclasses import dataclass, field
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.clock import Clock, SystemClock
+from shardlog.dal.consumers import (
+    GroupRecord,
+    is_lake_reader,
+    mark_lake_reader_caught_up,
+    register_lake_reader,
+)
 from shardlog.dal.partitions import retire, revive
 from shardlog.partitions import PartitionState
 from shardlog.tables import Lease, PartitionInfo, TableNames, Tables
@@ -74,12 +92,12 @@ def group_names(clients: Clients, consumers_table: str) -> list[str]:
 
 def done_for(reader: str, lease: Lease | None, head: int) -> bool:
     """The reader is done with an ENDED partition of this head: a group checkpointed
-    ``SHARD_END`` (what its children wait for); the lake's watermark reached the head."""
+    ``SHARD_END`` (what its children wait for); a lake table's watermark reached the head."""
     checkpoint = lease.checkpoint if lease is not None else None
     if checkpoint == C.SHARD_END:
         return True
     lake_at_head = checkpoint is not None and checkpoint.isdigit() and int(checkpoint) >= head
-    return reader == C.COMPACTION_GROUP and lake_at_head
+    return is_lake_reader(reader) and lake_at_head
 
 
 class Retirement:
@@ -124,7 +142,7 @@ class Retirement:
         """Per candidate still needed, the first group (or the lake) that needs it."""
         ids = [p.partition_id for p in candidates]
         readers = group_names(self.clients, self.tables.names.consumers)
-        if self.lake:
+        if self.lake and C.COMPACTION_GROUP not in readers:  # registered by its first run
             readers.append(C.COMPACTION_GROUP)
         held: dict[str, str] = {}
         for group in readers:
@@ -142,6 +160,17 @@ def revive_for(clients: Clients, names: TableNames, partition_ids: Iterable[str]
     return [pid for pid in partition_ids if revive(clients, names.partitions, pid)]
 
 
+def index_history(clients: Clients, names: TableNames) -> list[str]:
+    """Once, after upgrading to the live set: every partition item written before the index
+    (neither ``live`` nor ``retiredAt``: shard sync indexes only the shards Kinesis still
+    lists) brought into the live set, by one Scan and one revival each; the next retirement
+    pass retires those done for everyone. The ids indexed (none the second time)."""
+    partitions = Tables(clients, names).list_partitions()
+    return revive_for(
+        clients, names, [p.partition_id for p in partitions if not p.indexed and not p.retired]
+    )
+
+
 def needs_history(partitions: Iterable[PartitionInfo], positions: Mapping[str, str]) -> list[str]:
     """The ENDED partitions a group starting at ``positions`` (partition -> first seq or
     SHARD_END) still reads: every one it does not start at ``SHARD_END``."""
@@ -150,3 +179,46 @@ def needs_history(partitions: Iterable[PartitionInfo], positions: Mapping[str, s
         for p in partitions
         if p.state == PartitionState.ENDED and positions.get(p.partition_id) != C.SHARD_END
     ]
+
+
+@dataclass
+class LakeReader:
+    """What a lake table's run plans over (see the module docstring): ``open`` registers the
+    reader and reads the partitions; ``finish`` records it caught up when it is."""
+
+    clients: Clients
+    names: TableNames
+    group: str  # shardlog.dal.consumers.lake_reader(table)
+    record: GroupRecord
+    partitions: list[PartitionInfo]
+
+    @classmethod
+    def open(
+        cls, clients: Clients, names: TableNames, group: str, clock: Clock | None = None
+    ) -> LakeReader:
+        """Caught up: the live set (one Query). Else registered first, then every partition."""
+        now_ms = (clock or SystemClock()).now_ms()
+        record = register_lake_reader(clients, names.consumers, group, now_ms)
+        tables = Tables(clients, names)
+        partitions = tables.live_partitions() if record.positioned else tables.list_partitions()
+        return cls(clients, names, group, record, partitions)
+
+    @property
+    def caught_up(self) -> bool:
+        return self.record.positioned
+
+    def finish(self, watermarks: Mapping[str, int]) -> bool:
+        """After the run: caught up once every ENDED partition read is in the table at
+        ``watermarks`` (recorded once). Whether the reader is caught up."""
+        if self.record.positioned:
+            return True
+        behind = [
+            p.partition_id
+            for p in self.partitions
+            if p.state == PartitionState.ENDED and watermarks.get(p.partition_id, 0) < p.next_seq
+        ]
+        if behind:
+            logger.info("%s is not caught up yet: %d ENDED partitions", self.group, len(behind))
+            return False
+        mark_lake_reader_caught_up(self.clients, self.names.consumers, self.record)
+        return True

@@ -85,6 +85,22 @@ def put_items(clients: Any, table: str, items: list[dict[str, Any]]) -> None:
                 break
 
 
+def put_new_consumer_item(clients: Any, table: str, item: dict[str, Any]) -> bool:
+    """Put a consumers-table item only if none stands at its key; False when one does."""
+    try:
+        clients.dynamodb.put_item(
+            TableName=table,
+            Item=item,
+            ConditionExpression="attribute_not_exists(#g)",
+            ExpressionAttributeNames={"#g": C.ATTR_CONSUMER_GROUP},
+        )
+    except ClientError as exc:
+        if not is_conditional_failure(exc):
+            raise
+        return False
+    return True
+
+
 def kinesis_seq_int(value: str | None) -> int:
     """Kinesis sequence numbers are decimal strings of up to 128 digits: compare as ints."""
     return -1 if value is None else int(value)
@@ -113,6 +129,7 @@ class PartitionInfo:
     trim_tagged: int = 0  # segments below it carry the expiry tag
     retired: bool = False  # out of the live set: done for every group and the lake
     live_revision: int = 0  # revivals so far (a retirement is conditional on it)
+    indexed: bool = True  # carries ``live`` (False: retired, or written before the index)
 
     @classmethod
     def from_item(cls, raw: dict[str, Any]) -> PartitionInfo:
@@ -137,6 +154,7 @@ class PartitionInfo:
             trim_tagged=int(item.get(C.ATTR_TRIM_TAGGED, 0)),
             retired=C.ATTR_RETIRED_AT in item and C.ATTR_LIVE not in item,
             live_revision=int(item.get(C.ATTR_LIVE_REVISION, 0)),
+            indexed=C.ATTR_LIVE in item,
         )
 
 

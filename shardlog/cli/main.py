@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from shardlog import constants as C
+from shardlog import retirement
 from shardlog.cli.console import DEFAULT_CONSOLE_PORT, start_console
 from shardlog.cli.consume import consume, echo_group_status
 from shardlog.cli.errors import DEBUG_OPTION, ShardlogGroup
@@ -566,17 +567,26 @@ def read(
 
 
 @cli.command()
+@click.option(
+    "--index-history",
+    is_flag=True,
+    help="First bring every partition item written before the live index into it (once, "
+    "after upgrading from a version without it: a Scan and one write per such item).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def sync(ctx: click.Context, as_json: bool) -> None:
+def sync(ctx: click.Context, index_history: bool, as_json: bool) -> None:
     """Shard sync: record lineage from ListShards, mark CLOSED and ENDED partitions."""
     config = _config(ctx)
-    result = ShardSync(config.clients(), config.stream_name, config.tables).sync()
+    clients = config.clients()
+    indexed = retirement.index_history(clients, config.tables) if index_history else []
+    result = ShardSync(clients, config.stream_name, config.tables).sync()
     _emit(
         as_json,
-        result.__dict__,
+        {**result.__dict__, "indexed": indexed},
         f"{result.shards} shards; created {result.created}; closed {result.closed}; "
-        f"ended {result.ended}",
+        f"ended {result.ended}; retired {result.retired}"
+        + (f"; indexed {indexed}" if index_history else ""),
     )
 
 

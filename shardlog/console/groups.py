@@ -62,7 +62,7 @@ def list_groups(deployment: Deployment, clients: Clients) -> list[str]:
     )
     for page in pages:
         names.update(item[C.ATTR_CONSUMER_GROUP]["S"] for item in page.get("Items", []))
-    return sorted(names - INTERNAL_GROUPS)
+    return sorted(n for n in names - INTERNAL_GROUPS if not n.startswith(C.GROUP_ITEM_PREFIX))
 
 
 def group(deployment: Deployment, clients: Clients, name: str, now_ms: int) -> GroupView:

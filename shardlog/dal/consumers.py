@@ -15,7 +15,10 @@ build on its fenced checkpoint write where they must be fenced, and own the rest
   the open tumbling window and its state (``windowState``, ``WindowState``) travel in the
   same write, so state and checkpoint move together and a zombie writes neither;
 - **the compaction mirror** (``$compaction`` items, ``WatermarkItems``): every write
-  conditional on ``leaseCounter`` as it was read, incrementing it;
+  conditional on ``leaseCounter`` as it was read, incrementing it; each lake table is a
+  reader of the log under a group of its own (``lake_reader``: ``$compaction`` for the raw
+  table, ``$compaction:<table>`` for a declared one), registered by a ``$group`` item of
+  kind ``lake`` (``register_lake_reader``, shardlog/retirement.py says why);
 - **every checkpoint** (``all_checkpoints``): one consistent Scan of the table's keys and
   checkpoints, what retention (shardlog/retention.py) holds segments for.
 
@@ -46,12 +49,24 @@ from shardlog.tables import (
     is_conditional_failure,
     n,
     put_items,
+    put_new_consumer_item,
     s,
     update_item,
 )
 
 # --- group items ---------------------------------------------------------------------------
-WORKERS, LAMBDA = "workers", "lambda"  # groupKind
+WORKERS, LAMBDA, LAKE = "workers", "lambda", "lake"  # groupKind
+
+
+def lake_reader(table: str | None = None) -> str:
+    """The group under which a lake table reads the log: ``$compaction`` for the raw table
+    (None), ``$compaction:<table>`` for a declared table."""
+    return C.COMPACTION_GROUP if table is None else f"{C.COMPACTION_GROUP}:{table}"
+
+
+def is_lake_reader(group: str) -> bool:
+    """A lake table's group (its checkpoints are the table's watermarks, mirrored)."""
+    return group == C.COMPACTION_GROUP or group.startswith(f"{C.COMPACTION_GROUP}:")
 
 
 @dataclass(frozen=True)
@@ -145,6 +160,42 @@ def create_group(
             raise
         return None
     return _record(group, item)
+
+
+def register_lake_reader(
+    clients: Clients, consumers_table: str, group: str, created_at_ms: int
+) -> GroupRecord:
+    """The lake reader's ``$group`` item, written (kind ``lake``, no positions) when there
+    is none: from then on retirement waits for this reader. ``positioned`` False until
+    ``mark_lake_reader_caught_up`` says it has every retired partition (retirement.py)."""
+    record = read_group(clients, consumers_table, group)
+    if record is not None:
+        return record
+    item = {
+        **consumer_key(group, C.GROUP_ITEM_ID),
+        C.ATTR_GROUP_KIND: s(LAKE),
+        C.ATTR_GROUP_CREATED_AT: n(created_at_ms),
+        C.ATTR_GROUP_START_POSITION: s("TRIM_HORIZON"),
+    }
+    if not put_new_consumer_item(clients, consumers_table, item):
+        record = read_group(clients, consumers_table, group)  # a concurrent run wrote it
+        if record is not None:
+            return record
+    return GroupRecord(group, LAKE, created_at_ms, "TRIM_HORIZON", positioned=False)
+
+
+def mark_lake_reader_caught_up(clients: Clients, consumers_table: str, record: GroupRecord) -> None:
+    """Record that the lake reader holds every ENDED partition it found by a full read
+    (its positions, empty: the live set is enough from now on). Idempotent."""
+    create_group(
+        clients,
+        consumers_table,
+        record.group,
+        LAKE,
+        record.created_at_ms,
+        record.start,
+        {},
+    )
 
 
 def group_items(clients: Clients, consumers_table: str, group: str) -> list[dict[str, Any]]:

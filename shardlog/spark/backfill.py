@@ -48,6 +48,7 @@ from shardlog.segments import SegmentStore
 from shardlog.spark.compaction import BatchPlan, SegmentRef, batch_bounds
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.typed import REJECTS, TYPED, TypedTables, WriteTyped, check_typed, write_typed
+from shardlog.tables import Tables
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -122,6 +123,7 @@ def run_backfill(
             has_rows=current.current_snapshot() is not None,
         )
     ]
+    _refuse_a_trimmed_log(clients, args, tables, table_watermarks(current))
     if dry_run:
         report.watermarks = table_watermarks(current)
         report.records = sum(report.watermarks.values())
@@ -158,6 +160,25 @@ def run_backfill(
         f"while it swapped ({report.conflicts[-1]}); run it again (each row is still once "
         "in the typed table)"
     )
+
+
+def _refuse_a_trimmed_log(
+    clients: Clients, args: JobArgs, tables: TypedTables, marks: Mapping[str, int]
+) -> None:
+    """A backfill re-derives the table from seq 0: refused, naming the partitions, when
+    retention trimmed the log below rows the table holds (the swap would drop them)."""
+    trimmed = {
+        p.partition_id: p.trim_horizon
+        for p in Tables(clients, args.config().tables).list_partitions()
+        if p.trim_horizon and marks.get(p.partition_id, 0)
+    }
+    if trimmed:
+        where = ", ".join(f"{pid} below seq {seq}" for pid, seq in sorted(trimmed.items()))
+        raise BackfillError(
+            f"backfill of {tables.typed.table} re-derives it from the log from seq 0, and "
+            f"retention trimmed the log ({where}): its rows there would be lost; a backfill "
+            "needs the whole log (recordRetentionDays unset)"
+        )
 
 
 def _swap(

@@ -7,7 +7,10 @@ records below it. Per run:
 1. **open** (driver): the table, created on first use; an unreachable catalog or a table
    that is not shardlog's fails the run here, before anything is read or written;
 2. **plan** (driver): per partition, whole committed segments from the table's watermark
-   up to ``max_records``, never past the committed head (through the ``SegmentStore``);
+   (or the trim horizon, if the log no longer holds it: shardlog/retention.py) up to
+   ``max_records``, never past the committed head (through the ``SegmentStore``); over the
+   live set once the table, a reader of the log, is caught up (``LakeReader``,
+   shardlog/retirement.py), over every partition before;
 3. **write** (executors): the batches cut into chunks of consecutive segments (``chunks``),
    a task each: fetch and decode the segments, PUT one Parquet file per arrival day of the
    chunk, named by its partition, seq range and this run's id (``write_chunks``); no
@@ -16,7 +19,8 @@ records below it. Per run:
    append them and the new watermarks in one Iceberg snapshot (``shardlog.lake.commit``),
    refused if the table's watermark moved since step 2;
 5. **mirror** (driver): copy the table's watermarks into the ``$compaction`` items, for
-   status displays only; nothing reads them back as the truth.
+   status displays, retirement and retention (which wait for them: a lagging mirror only
+   retires and trims later); the compaction never reads them back as the truth.
 
 | crash or race | what happens next |
 | --- | --- |
@@ -43,20 +47,22 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shardlog import constants as C
 from shardlog.aws import Clients
+from shardlog.dal.consumers import lake_reader
 from shardlog.exceptions import CorruptLogError
 from shardlog.lake.commit import CommitResult, LakeAppend, append, table_watermarks
 from shardlog.lake.exceptions import LakeConflictError
 from shardlog.lake.files import s3_uri
 from shardlog.lake.settings import LakeSettings
+from shardlog.retirement import LakeReader
 from shardlog.segments import SegmentStore
 from shardlog.spark.exceptions import CompactionError, WatermarkConflictError
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.watermark import WatermarkStore
-from shardlog.tables import PartitionInfo, Tables
+from shardlog.tables import PartitionInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.table import Table
@@ -78,10 +84,23 @@ class BatchPlan:
     start: int
     end: int
     segments: tuple[SegmentRef, ...]
+    # The table's watermark the batch follows, when the log is trimmed above it (a table
+    # declared after the trim: its records below the horizon are gone from the log).
+    after: int | None = None
 
     @property
     def records(self) -> int:
         return self.end - self.start
+
+    @property
+    def follows(self) -> int:
+        """The watermark the commit expects the table at (the batch's ``ranges`` start)."""
+        return self.start if self.after is None else self.after
+
+    @property
+    def trimmed(self) -> int:
+        """Records the table skips: trimmed from the log before it read them."""
+        return self.start - self.follows
 
 
 @dataclass
@@ -99,6 +118,10 @@ class CompactionReport:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     # Each declared typed table's run (shardlog.spark.typed.TypedReport): typed, rejected.
     tables: list[dict[str, Any]] = field(default_factory=list)
+    # What the plan read: "live" (the live set) or "all" (every partition: not caught up).
+    partitions_read: str = ""
+    # Per partition, records the table skipped: trimmed from the log before it read them.
+    trimmed: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,12 +171,16 @@ def plan_batches(
     watermarks: Mapping[str, int],
     partitions: Sequence[PartitionInfo],
 ) -> list[BatchPlan]:
-    """The batch of each partition with committed records beyond the table's watermark."""
+    """The batch of each partition with committed records beyond the table's watermark (from
+    the trim horizon when the log is trimmed above the watermark: ``BatchPlan.after``)."""
     store = SegmentStore(clients, args.bucket)
     plans: list[BatchPlan] = []
     for partition in partitions:
-        start = watermarks.get(partition.partition_id, 0)
+        mark = watermarks.get(partition.partition_id, 0)
+        start = max(mark, partition.trim_horizon)
         if start >= partition.next_seq:
+            if start > mark:  # all of it trimmed: the watermark moves to the head alone
+                plans.append(BatchPlan(partition.partition_id, start, start, (), after=mark))
             continue
         starts = store.starts(partition.partition_id, start)
         bounds = batch_bounds(starts, start, partition.next_seq, args.max_records)
@@ -165,6 +192,7 @@ def plan_batches(
                 segments=tuple(
                     SegmentRef(partition.partition_id, a, b) for a, b in itertools.pairwise(bounds)
                 ),
+                after=mark if start > mark else None,
             )
         )
     return plans
@@ -217,6 +245,8 @@ def check_files(plans: Sequence[BatchPlan], files: Sequence[dict[str, Any]]) -> 
     """Commit nothing unless each batch's files hold exactly its records."""
     for plan in plans:
         mine = [f for f in files if f["partition_id"] == plan.partition_id]
+        if not plan.records and not mine:  # all trimmed: the watermark moves alone
+            continue
         count = sum(f["records"] for f in mine)
         low = min((f["first_seq"] for f in mine), default=None)
         high = max((f["last_seq"] for f in mine), default=None)
@@ -237,9 +267,10 @@ def commit_batches(
     """Append the files and the batches' ends in one snapshot (``LakeConflictError`` if
     another run appended any of these partitions first)."""
     batch = LakeAppend(
-        ranges={p.partition_id: (p.start, p.end) for p in plans},
+        ranges={p.partition_id: (p.follows, p.end) for p in plans},
         files=[s3_uri(settings.bucket, f["file_key"]) for f in files],
         run_id=run_id,
+        watermarks_only=not files,  # only partitions trimmed before the table read them
     )
     return append(table, batch)
 
@@ -264,14 +295,22 @@ def remove_files(
 
 
 # --- 5. mirror ---------------------------------------------------------------------------
+class Mirrored(Protocol):
+    """What a run's report records of its mirror (CompactionReport, TypedReport)."""
+
+    conflicts: list[str]
+    ended: list[str]
+
+
 def mirror_watermarks(
     store: WatermarkStore,
     partitions: Sequence[PartitionInfo],
     watermarks: Mapping[str, int],
-    report: CompactionReport,
+    report: Mirrored,
 ) -> None:
-    """Copy the table's watermarks to ``$compaction`` (``SHARD_END`` once an ENDED partition
-    is all in the table), writing only the items that differ. Never read as the truth."""
+    """Copy the table's watermarks to its reader's items (``$compaction`` for the raw table;
+    ``SHARD_END`` once an ENDED partition is all in the table), writing only the items that
+    differ. Never read back by compaction as the truth."""
     mirrored = store.read_all()
     for partition in partitions:
         pid = partition.partition_id
@@ -311,9 +350,12 @@ def run_compaction(
     """
     settings = args.lake()
     with report.phase("plan"):
-        partitions = Tables(clients, args.config().tables).list_partitions()
+        reader = LakeReader.open(clients, args.config().tables, lake_reader())
+        partitions = reader.partitions
+        report.partitions_read = "live" if reader.caught_up else "all"
         marks = table_watermarks(table)
         plans = plan_batches(clients, args, marks, partitions)
+        report.trimmed = {p.partition_id: p.trimmed for p in plans if p.trimmed}
     with report.phase("write"):
         files = write(plans)
     if plans:
@@ -331,6 +373,7 @@ def run_compaction(
                 report.snapshot_id, marks = committed.snapshot_id, dict(committed.watermarks)
     with report.phase("mirror"):
         mirror_watermarks(WatermarkStore(clients, args.consumers_table), partitions, marks, report)
+        reader.finish(marks)
     return summarize(report, plans, files)
 
 

@@ -54,6 +54,7 @@ import pyarrow.compute as pc
 from shardlog import constants as C
 from shardlog.aws import Clients
 from shardlog.config import ShardlogConfig
+from shardlog.dal.consumers import lake_reader
 from shardlog.lake.catalog import open_table
 from shardlog.lake.commit import LakeAppend, append, table_watermarks
 from shardlog.lake.declared import LOG_COLUMNS, LakeTableDeclaration, rejected_schema
@@ -61,13 +62,21 @@ from shardlog.lake.evolution import evolve
 from shardlog.lake.exceptions import LakeConflictError
 from shardlog.lake.files import EVENT_RECORDS, s3_uri, write_rows
 from shardlog.lake.settings import LakeSettings
+from shardlog.retirement import LakeReader
 from shardlog.segments import SegmentStore, check_segment
-from shardlog.spark.compaction import BatchPlan, chunk_records, chunks, plan_batches, remove_files
+from shardlog.spark.compaction import (
+    BatchPlan,
+    chunk_records,
+    chunks,
+    mirror_watermarks,
+    plan_batches,
+    remove_files,
+)
 from shardlog.spark.exceptions import CompactionError
 from shardlog.spark.io import ARROW_FILE_STATS, FILE_STATS_SCHEMA
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.payloads import DATA, ERROR_FIELD, ERROR_REASON, MATCHED, parse_payloads
-from shardlog.tables import Tables
+from shardlog.spark.watermark import WatermarkStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.table import Table
@@ -93,6 +102,9 @@ class TypedReport:
     snapshot_id: int | None = None
     rejected_snapshot_id: int | None = None
     conflicts: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)  # mirrored SHARD_END (all in the table)
+    partitions_read: str = ""  # "live" (caught up: the live set) or "all"
+    trimmed: dict[str, int] = field(default_factory=dict)  # records gone before it read them
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -241,6 +253,8 @@ def check_typed(plans: Sequence[BatchPlan], stats: Sequence[dict[str, Any]]) -> 
     accounted for once: typed, rejected, skipped (already rejected) or not the table's."""
     for plan in plans:
         mine = [s for s in stats if s["partition_id"] == plan.partition_id]
+        if not plan.records and not mine:  # all trimmed: the watermark moves alone
+            continue
         total = {k: sum(s["records"] for s in mine if s["kind"] == k) for k in _KINDS}
         seen = [s for s in mine if s["kind"] == SEEN]
         span = (min((s["first_seq"] for s in seen), default=None),
@@ -272,11 +286,35 @@ def run_typed(
     """Steps 1 to 6 for one declared table; ``write`` is step 3 (``write_typed``)."""
     report = TypedReport(table=tables.typed.table)
     typed, rejected = tables.open()
-    partitions = Tables(clients, args.config().tables).list_partitions()
+    group = lake_reader(tables.declared.name)
+    reader = LakeReader.open(clients, args.config().tables, group)
+    report.partitions_read = "live" if reader.caught_up else "all"
+    plans = plan_batches(clients, args, table_watermarks(typed), reader.partitions)
+    report.trimmed = {p.partition_id: p.trimmed for p in plans if p.trimmed}
+    if plans:
+        _commit(clients, tables, (typed, rejected), plans, run_id, write, report)
+    marks = table_watermarks(typed.refresh())
+    mirror_watermarks(
+        WatermarkStore(clients, args.consumers_table, group), reader.partitions, marks, report
+    )
+    reader.finish(marks)
+    return report
+
+
+def _commit(
+    clients: Clients,
+    tables: TypedTables,
+    opened: tuple[Table, Table],
+    plans: Sequence[BatchPlan],
+    run_id: str,
+    write: WriteTyped,
+    report: TypedReport,
+) -> None:
+    """Steps 3 to 6 of the planned batches: write, check, commit the dead-letter table's
+    append, then the typed table's (a lost race removes the run's files and commits no
+    more)."""
+    typed, rejected = opened
     rejected_marks = table_watermarks(rejected)
-    plans = plan_batches(clients, args, table_watermarks(typed), partitions)
-    if not plans:
-        return report
     stats = write(plans, rejected_marks)
     check_typed(plans, stats)
     typed_files = [s for s in stats if s["kind"] == TYPED]
@@ -295,20 +333,19 @@ def run_typed(
             report.conflicts.append(str(exc))
             remove_files(clients, tables.rejected, rejected, rejected_files)
             remove_files(clients, tables.typed, typed, typed_files)
-            return report
+            return
         report.rejected_snapshot_id = committed.snapshot_id
         report.rejected = sum(f["records"] for f in rejected_files)
-    ranges = {p.partition_id: (p.start, p.end) for p in plans}
+    ranges = {p.partition_id: (p.follows, p.end) for p in plans}
     try:
         committed = append(typed, _batch(tables.typed, ranges, typed_files, run_id))
     except LakeConflictError as exc:
         report.conflicts.append(str(exc))
         remove_files(clients, tables.typed, typed, typed_files)
-        return report
+        return
     report.snapshot_id = committed.snapshot_id
     report.typed = sum(f["records"] for f in typed_files)
     report.files = len(typed_files) + len(rejected_files)
-    return report
 
 
 def _batch(

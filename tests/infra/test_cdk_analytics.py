@@ -388,15 +388,20 @@ def test_execution_role_reads_watermarks_and_heads_and_the_archive(
         return json.dumps({"Fn::GetAtt": [with_archive.logical_id(construct), "Arn"]})
 
     assert by_resource[arn(storage.partitions_table)] == {"dynamodb:Scan"}
+    # a caught-up lake table plans over the live set (shardlog/retirement.py): its index only
+    live = {"Fn::Join": ["", [json.loads(arn(storage.partitions_table)), f"/index/{C.LIVE_INDEX}"]]}
+    assert by_resource[json.dumps(live, sort_keys=True)] == {"dynamodb:Query"}
     assert by_resource[arn(storage.consumers_table)] == {
         "dynamodb:GetItem",
+        "dynamodb:PutItem",  # the lake table's "$group" item: its registration as a reader
         "dynamodb:Query",
         "dynamodb:UpdateItem",
     }
     consumers = json.loads(arn(storage.consumers_table))
     for statement in _policy_statements(with_archive, analytics.execution_role):
         if statement["Resource"] == consumers:
-            # the compaction watermark only: never an ingest lease or a consumer group's
+            # the lake tables' items only (the raw table's, no table declared here): never
+            # an ingest lease or a consumer group's
             assert statement["Condition"]["ForAllValues:StringEquals"] == {
                 "dynamodb:LeadingKeys": [C.COMPACTION_GROUP]
             }

@@ -105,6 +105,23 @@ def test_the_spark_role_may_create_and_commit_each_declared_table_only(
     assert len(glue_tables(undeclared)) == 1  # events only
 
 
+def test_each_declared_table_reads_the_log_as_a_group_of_its_own(
+    declared: Synthesized, undeclared: Synthesized
+) -> None:
+    """The role's consumers-table grant names each lake table's items (its watermark mirror
+    and its "$group" registration, shardlog/retirement.py), no other group's."""
+
+    def readers(synth: Synthesized) -> list[list[str]]:
+        return [
+            s["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
+            for s in execution_statements(synth)
+            if "dynamodb:PutItem" in s["Action"]
+        ]
+
+    assert readers(declared) == [[C.COMPACTION_GROUP, f"{C.COMPACTION_GROUP}:orders"]]
+    assert readers(undeclared) == [[C.COMPACTION_GROUP]]
+
+
 def test_rejections_are_published_and_alarmed_per_table(
     declared: Synthesized, undeclared: Synthesized
 ) -> None:

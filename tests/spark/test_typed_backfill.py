@@ -18,6 +18,7 @@ import pytest
 
 import shardlog.spark.backfill as backfill_module
 from shardlog import constants as C
+from shardlog.dal.partitions import PartitionsTable
 from shardlog.format import IncomingRecord
 from shardlog.lake.commit import table_watermarks
 from shardlog.lake.declared import LakeTableDeclaration, parse_lake_tables
@@ -242,3 +243,23 @@ def test_refusals_of_a_compaction_between_its_two_commits_survive_the_backfill(
     rerun = compact(spark, aws, V2, "j" * 16)
     assert rerun.records == 30 and rerun.rejected == 0  # the refusals kept were skipped
     assert_v2_exactly_once(aws)
+
+
+def test_a_backfill_over_a_trimmed_log_is_refused_naming_the_partition(
+    compacted_under_v1: AwsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention trimmed P0 below rows the table holds: re-deriving from seq 0 would drop
+    them in the swap, so the backfill (and its dry run) is one line, exit 2, and the table
+    is unchanged."""
+    aws = compacted_under_v1
+    typed, _ = tables(aws, V1).open(create=False)
+    before = typed.current_snapshot()
+    PartitionsTable(aws.clients, aws.config.tables).advance_horizon(P0, 20)
+    monkeypatch.setenv(C.ENV_LAKE_TABLES, job_args(aws, V2).lake_tables)
+    for dry in ([], ["--dry-run"]):
+        refused = run_cli(aws, "lake", "backfill", "--table", "orders", *dry)
+        assert refused.exit_code == 2, refused.output
+        (line,) = [x for x in refused.output.splitlines() if x.startswith("Error:")]
+        assert f"retention trimmed the log ({P0} below seq 20)" in line, line
+    typed.refresh()
+    assert typed.current_snapshot() == before

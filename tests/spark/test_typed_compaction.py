@@ -19,11 +19,13 @@ import pytest
 
 import shardlog.spark.typed as typed_module
 from shardlog import constants as C
+from shardlog.dal.partitions import PartitionsTable
 from shardlog.format import IncomingRecord
 from shardlog.lake.commit import table_watermarks
 from shardlog.lake.declared import parse_lake_tables
 from shardlog.lake.files import DATA_DIR
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
+from shardlog.segments import segment_key
 from shardlog.spark.compaction import plan_batches
 from shardlog.spark.exceptions import CompactionError
 from shardlog.spark.jobs import JobArgs
@@ -312,3 +314,29 @@ def test_maintenance_removes_a_crashed_runs_files_from_both_tables(
     assert data_keys(log, args) == committed_keys(args)
     compact_typed(spark, log.clients, args, where.declared, "k" * 16)
     assert_each_record_once(log, args)
+
+
+def test_a_table_declared_after_the_log_was_trimmed_starts_at_the_trim_horizon(
+    spark: Any, log: AwsEnv
+) -> None:
+    """Retention trimmed a partition before the table was declared: the table starts at
+    the horizon (its report counts the records it never saw), holds every record above it
+    once, and its watermark reaches the head, so it is caught up like any other."""
+    compact(spark, JobArgs.from_config(log.config))  # the raw table holds everything
+    PartitionsTable(log.clients, log.config.tables).advance_horizon(P0, 50)
+    for start in (0, 25):  # the bucket's lifecycle expired the trimmed segments
+        log.clients.s3.delete_object(Bucket=log.config.bucket, Key=segment_key(P0, start))
+    args = job_args(log)
+
+    (run,) = compact(spark, args).tables
+
+    assert (run["trimmed"], run["records"]) == ({P0: 50}, 70 + 60)
+    typed_table, rejected_table = tables(args).open(create=False)
+    rows = typed_table.scan().to_arrow().to_pylist()
+    rows += rejected_table.scan().to_arrow().to_pylist()
+    seen = Counter((r["partition_id"], r["seq"]) for r in rows)
+    expected = [(P0, seq) for seq in range(50, 120)] + [(P1, seq) for seq in range(60)]
+    assert sorted(seen) == sorted(expected) and set(seen.values()) == {1}
+    assert table_watermarks(typed_table) == {P0: 120, P1: 60}
+    again = compact(spark, args).tables[0]
+    assert (again["records"], again["trimmed"], again["snapshot_id"]) == (0, {}, None)

@@ -89,6 +89,34 @@ def test_holds_read_from_the_checkpoints() -> None:
     assert holds == Holds(30, {"done": ALL, "reading": 12, "new": 0, "unstarted": 0})
 
 
+def test_every_lake_table_holds_what_it_does_not_have_yet() -> None:
+    """A declared table's watermark (its mirror, ``$compaction:<table>``) holds like the raw
+    table's: the lowest one wins, is named in the reason, and a table registered without a
+    mirror item on the partition (its ``$group`` item only) holds the whole partition. Its
+    watermark is never mistaken for a consumer group's checkpoint."""
+    behind = Checkpoints(
+        frozenset({"$compaction", "$compaction:orders", "$compaction:refunds", "billing"}),
+        {"p": {"$compaction": "30", "$compaction:orders": "20", "$compaction:refunds": "35"}},
+    )
+    holds = holds_of(PartitionInfo("p", next_seq=40), behind)
+    assert (holds.watermark, holds.lake_table) == (20, "lake table orders")
+    assert holds.groups == {"billing": 0}
+    assert holds.reason(20, hold_for_groups=False) is None
+    assert (
+        holds.reason(21, hold_for_groups=False) == "lake table orders holds records below 20 only"
+    )
+
+    registered = Checkpoints(
+        frozenset({"$compaction", "$compaction:orders"}), {"p": {"$compaction": "SHARD_END"}}
+    )
+    assert holds_of(PartitionInfo("p", next_seq=40), registered).watermark == 0
+    done = Checkpoints(
+        frozenset({"$compaction", "$compaction:orders"}),
+        {"p": {"$compaction": "SHARD_END", "$compaction:orders": "SHARD_END"}},
+    )
+    assert holds_of(PartitionInfo("p", next_seq=40), done) == Holds(ALL, {}, "the lake")
+
+
 @pytest.mark.parametrize(("days", "ok"), [(0, False), (1, True), (36_500, True), (36_501, False)])
 def test_retention_days_limits(days: int, ok: bool) -> None:
     if ok:

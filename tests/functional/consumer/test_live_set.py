@@ -218,3 +218,39 @@ def test_a_seek_back_revives_the_history_it_reads_again(aws: AwsEnv, clock: Manu
 
     assert _live(aws) == ["old-0"]
     assert _retirement(aws, clock).run().held == {"old-0": "billing"}
+
+
+def test_sync_index_history_brings_items_written_before_the_index_into_the_live_set(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    """An upgrade: ENDED items of shards Kinesis no longer lists, written before the live
+    index, carry neither ``live`` nor ``retiredAt``: invisible to the hot paths and never
+    retired. `shardlog sync --index-history` indexes them once (a retired one stays out);
+    the next retirement pass retires those done for everyone."""
+    _ended(aws, "pre-0", 4)
+    _ended(aws, "pre-1", 6)
+    _ended(aws, "gone-0", 2)
+    _group(aws, "billing", {"pre-0": C.SHARD_END, "pre-1": "3", "gone-0": C.SHARD_END})
+    LeaseManager(aws.clients, aws.config.consumers_table).ensure(
+        C.COMPACTION_GROUP, "pre-0", checkpoint=C.SHARD_END
+    )  # the CLI's shard sync waits for the lake too
+    for pid in ("pre-0", "pre-1"):  # as a version without the index wrote them
+        aws.clients.dynamodb.update_item(
+            TableName=aws.config.partitions_table,
+            Key={C.ATTR_PARTITION_ID: {"S": pid}},
+            UpdateExpression="REMOVE #live",
+            ExpressionAttributeNames={"#live": C.ATTR_LIVE},
+        )
+    assert _retirement(aws, clock).run().retired == ["gone-0"]  # the others are invisible
+    assert _live(aws) == []
+
+    first = run_cli(aws, "sync", "--index-history", "--json")
+    assert first.exit_code == 0, first.output
+    result = json.loads(first.output)
+    # indexed, then shard sync's retirement pass retired what billing finished
+    assert (result["indexed"], result["retired"]) == (["pre-0", "pre-1"], ["pre-0"])
+    assert [p for p in _live(aws) if not p.startswith("shardId-")] == ["pre-1"]  # + the stream's
+    again = json.loads(run_cli(aws, "sync", "--index-history", "--json").output)
+    assert again["indexed"] == []
+    plain = run_cli(aws, "sync")
+    assert plain.exit_code == 0 and "indexed" not in plain.output, plain.output

@@ -13,7 +13,8 @@ On the local runtime, with every function signing as itself (``shardlog.local.pr
 - a consumer group's workers (``TEST_CONSUMER_GROUP``) read everything to SHARD_END;
 - the Spark trigger handler, invoked as EventBridge Scheduler would (the scheduler's Invoke
   is recorded as the request it stands for), starts compaction, then analytics and
-  maintenance, on the local EMR Serverless: real spark-submit runs signing as the execution
+  maintenance, then compaction again at the schedule's next firing (caught up: over the
+  live set), on the local EMR Serverless: real spark-submit runs signing as the execution
   role, driver and executors; with compaction by volume on (as the test stack has it), it
   also reads the partitions table's stream from before the first record and counts every
   commit in the backlog counter.
@@ -27,7 +28,7 @@ import base64
 import json
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
@@ -274,9 +275,14 @@ def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames, volume: _Volum
     names.application_id = target.application_id
     names.execution_role = target.execution_role_arn.rsplit("/", 1)[1]
     names.artifacts_bucket = target.scripts_uri.removeprefix("s3://").split("/", 1)[0]
-    now = datetime.now(UTC).isoformat()
-    for jobs in (("compact",), ("analytics", "maintain")):
+    now = datetime.now(UTC)
+    # Compaction twice: the first run registers the lake table as a reader of the log and
+    # plans over every partition; the second, caught up, over the live set (retirement.py).
+    # A schedule's next firing: another scheduled time (the trigger's idempotency key).
+    rounds = (("compact",), ("analytics", "maintain"), ("compact",))
+    for index, jobs in enumerate(rounds):
         started = {}
+        scheduled = (now + timedelta(hours=index)).isoformat()
         for job in jobs:
             request_log.stand_in(
                 principals.SCHEDULER,
@@ -285,7 +291,7 @@ def _run_spark(runtime: Any, trigger_arn: str, names: LocalNames, volume: _Volum
                 {"FunctionName": trigger_arn},
                 runtime.config.endpoint_url,
             )
-            answer = trigger({"job": job, "scheduledTime": now}, _context())
+            answer = trigger({"job": job, "scheduledTime": scheduled}, _context())
             started[job] = answer["jobRunId"]
         for job, run_id in started.items():
             names.spark_runs[job] = _wait_run(runtime, target, run_id)
