@@ -1037,6 +1037,7 @@ MUTATIONS = (
         "                plan.watermarks,",
         "                {},",
         REWRITE,
+        LAKE_MODEL,
     ),
     Mutation(
         "rewrite-row-check",
