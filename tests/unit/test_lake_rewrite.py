@@ -126,3 +126,19 @@ def test_a_new_file_holds_the_rows_in_seq_order_of_one_partition() -> None:
 def test_rows_that_are_not_as_the_names_say_are_refused(batches: list[pa.RecordBatch]) -> None:
     with pytest.raises(LakeSchemaError, match="in seq order as their names say"):
         _write_rows(io.BytesIO(), SCHEMA, Bin(P0, ()), iter(batches))
+
+
+def test_the_jobs_summary_gives_each_rewritten_days_files_before_and_after() -> None:
+    from shardlog.lake.maintenance import MaintenanceReport
+    from shardlog.lake.rewrite import DayRewrite
+    from spark_jobs.maintain import _summary
+
+    day = DayRewrite("2026-11-26", 48, 2, 48, 2, 96_000, 1_100_000, 1_050_000, 1, 7)
+    report = MaintenanceReport(expired_snapshots=[1, 2], rewritten=[day])
+    assert _summary(report) == {
+        "expiredSnapshots": 2,
+        "removedFiles": 0,
+        "keptYoungFiles": 0,
+        "rewrittenDays": [{"day": "2026-11-26", "filesBefore": 48, "filesAfter": 2}],
+    }
+    assert report.as_dict()["rewritten"][0]["files_after"] == 2  # the command's --json
