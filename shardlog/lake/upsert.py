@@ -56,6 +56,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -149,12 +150,15 @@ def clocked(rows: pa.Table, starts: Mapping[str, int]) -> tuple[pa.Table, dict[s
     ordered = rows.sort_by([("partition_id", "ascending"), ("seq", "ascending")])
     arrival = pc.cast(ordered.column("arrival_time"), pa.timestamp("ms", tz="UTC"))
     arrival_ms = pc.cast(arrival, pa.int64()).to_numpy(zero_copy_only=False)
-    partitions = ordered.column("partition_id").to_pylist()
-    clock = arrival_ms.copy()
+    clock = np.empty_like(arrival_ms)
     ends: dict[str, int] = {}
-    for index, partition_id in enumerate(partitions):
-        previous = ends.get(partition_id, starts.get(partition_id, 0))
-        clock[index] = ends[partition_id] = max(previous, int(arrival_ms[index]))
+    runs = pc.run_end_encode(ordered.column("partition_id").combine_chunks())
+    offset = 0
+    for partition_id, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+        part = slice(offset, end)  # one partition's rows, by seq
+        start = starts.get(partition_id, 0)
+        clock[part] = np.maximum.accumulate(np.maximum(arrival_ms[part], start))
+        ends[partition_id], offset = int(clock[end - 1]), end
     return ordered.append_column(LOG_CLOCK, pa.array(clock, pa.int64())), ends
 
 

@@ -22,7 +22,10 @@ and ``T_rejected`` (the records that are T's and do not: never dropped). Per run
    commits nothing and removes its files;
 6. **commit T**: range ``[W_T, end)`` of every batch with its typed files (possibly none:
    the watermarks move all the same). ``LakeConflictError``: another run appended T first:
-   this run removes its typed files; its T_rejected commit, if any, stands.
+   this run removes its typed files; its T_rejected commit, if any, stands. An **upsert
+   table** (``mode: upsert``) instead folds the typed files' rows, staged, into T: the
+   newest row per key, one snapshot, the same watermark check (``shardlog.lake.upsert``);
+   it reads a child partition only once each parent is wholly in T (step 2).
 
 Why exactly once: the parse is a function of the record and the declaration, so two runs
 find the same rejected records in the same seqs. ``W_R`` is the next seq whose rejection
@@ -387,11 +390,11 @@ def _upsert(
         result = upsert(typed, target, batch)
     except LakeConflictError as exc:
         report.conflicts.append(str(exc))
-        return
-    finally:
         remove_files(clients, tables.typed, typed, staged)
+        return
+    remove_files(clients, tables.typed, typed, staged)  # an unknown outcome keeps them
     report.snapshot_id, report.typed = result.snapshot_id, rows.num_rows
-    report.files = result.files_written + report.files
+    report.files = result.files_written
     report.upsert = {
         "keys": result.keys,
         "files_read": result.files_read,
