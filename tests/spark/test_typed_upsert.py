@@ -22,9 +22,9 @@ from shardlog.spark.typed import TypedReport, TypedTables, compact_typed, run_ty
 from spark_jobs.compact import compact
 from tests.spark.helpers import log_rows
 from tests.support.aws import AwsEnv
-from tests.support.factories import writer_for
+from tests.support.factories import end_partition, register_partition, writer_for
 
-P0, P1 = "shardId-000000000000", "shardId-000000000001"
+P0, P1, P2 = "shardId-000000000000", "shardId-000000000001", "shardId-000000000002"
 T0 = 1_700_000_000_000
 DECLARED = parse_lake_tables(
     [
@@ -174,3 +174,34 @@ def test_backfill_refuses_an_upsert_table(aws: AwsEnv) -> None:
     args = job_args(aws)
     with pytest.raises(BackfillError, match="is an upsert table: backfill re-derives append"):
         run_backfill(aws.clients, args, tables(args), "r" * 16, lambda plans, marks: [])
+
+
+def test_keyed_by_partition_key_a_child_waits_for_its_parent_then_wins(
+    spark: Any, aws: AwsEnv, clock: Any
+) -> None:
+    """A split: the key's last records in the parent arrived (by Kinesis' clock) after its
+    first in the child. The child is read only once the parent is ENDED and wholly in the
+    table, and its record wins: the order in which the key's records were produced."""
+    by_key = DECLARED.tables[0].model_copy(update={"name": "by_key", "key": "partitionKey"})
+    args = job_args(aws)
+
+    def produce(partition: str, first: int, count: int, at: int) -> None:
+        records = [
+            IncomingRecord("k", json.dumps({"orderId": "o", "n": i}).encode(),
+                           str(SEQUENCE_BASE + i), at + i - first)
+            for i in range(first, first + count)
+        ]  # fmt: skip
+        writer_for(aws, clock).append(partition, records)
+
+    produce(P0, 0, 3, T0 + 9_000)
+    produce(P2, 10, 2, T0)
+    register_partition(aws, P2, (P0,))
+    first = compact_typed(spark, aws.clients, args, by_key, "h" * 16)
+    assert first.waiting == [P2] and first.records == 3  # P0 is still open
+    typed, _ = TypedTables.beside(args.lake(), by_key).open(create=False)
+    assert [(r["partition_id"], r["n"]) for r in typed.scan().to_arrow().to_pylist()] == [(P0, 2)]
+    end_partition(aws, P0)
+    second = compact_typed(spark, aws.clients, args, by_key, "i" * 16)
+    assert second.waiting == [] and second.records == 2
+    rows = typed.refresh().scan().to_arrow().to_pylist()
+    assert [(r["partition_id"], r["n"], r["log_clock"]) for r in rows] == [(P2, 11, T0 + 9_003)]
