@@ -75,6 +75,12 @@ TYPED_COMPACTION = ("tests/spark/test_typed_compaction.py",)
 BACKFILL = ("tests/spark/test_typed_backfill.py",)
 # Right-sized files: maintenance's rewrite (shardlog/lake/rewrite.py).
 REWRITE = ("tests/spark/test_lake_rewrite.py",)
+# Latest by key: upsert tables (shardlog/lake/upsert.py).
+UPSERT = (
+    "tests/unit/test_lake_upsert_order.py",
+    "tests/spark/test_lake_upsert.py",
+    "tests/spark/test_typed_upsert.py",
+)
 IDEMPOTENCE_MODEL = ("tests/functional/ingest/test_idempotence_model.py",)
 IDEMPOTENCE = (
     "tests/functional/ingest/test_idempotent_ingest.py",
@@ -1020,6 +1026,40 @@ MUTATIONS = (
         '"dynamodb:GetItem": 6,',
         '"dynamodb:GetItem": 5,',
         ("tests/functional/local/test_capacity_model.py",),
+    ),
+    Mutation(
+        "upsert-watermark-check",
+        "the upsert's check that each partition of its batch starts at the table's watermark "
+        "(a re-run or a racing run would apply its updates again)",
+        "shardlog/lake/upsert.py",
+        "if marks.get(p, 0) != start)",
+        "if marks.get(p, 0) < 0)",
+        UPSERT,
+    ),
+    Mutation(
+        "upsert-own-commit-recognition",
+        "the upsert recognising its own landed commit by its run id after a lost answer",
+        "shardlog/lake/upsert.py",
+        "own = own_snapshot(table, batch.run_id)",
+        "own = None",
+        UPSERT,
+    ),
+    Mutation(
+        "upsert-log-clock",
+        "the log clock's running maximum within a partition (the higher seq wins even where "
+        "the arrival time steps back)",
+        "shardlog/lake/upsert.py",
+        "clock[part] = np.maximum.accumulate(np.maximum(arrival_ms[part], start))",
+        "clock[part] = np.maximum(arrival_ms[part], start)",
+        UPSERT,
+    ),
+    Mutation(
+        "upsert-child-after-parents",
+        "an upsert table reading a child partition only once its parents are wholly in it",
+        "shardlog/lake/upsert.py",
+        "(readable if all(done(p) for p in partition.parents) else waiting)",
+        "(readable if True else waiting)",
+        UPSERT,
     ),
     Mutation(
         "rewrite-replans",

@@ -10,8 +10,9 @@ compaction's files, written before its commit, are never removed. Scheduled dail
 stack (docs/LAKE.md). Each declared typed table (``--lake-tables``) and its dead-letter
 table are maintained the same way, after the raw table; a dead-letter table's rewrite
 leaves the files at or above its typed table's watermark alone (the backfill keeps them
-apart). The report gives per table the snapshots expired, the files removed and, per day
-rewritten, its files before and after.
+apart); an upsert table's files are not rewritten (its fold does). The report gives per
+table the snapshots expired, the files removed and, per day rewritten, its files before
+and after.
 Run: ``spark-submit spark_jobs/maintain.py --bucket B --partitions-table P --consumers-table C``.
 """
 
@@ -54,7 +55,11 @@ def run_declared_maintenance(args: JobArgs, now: datetime) -> dict[str, Maintena
             typed, rejected = tables.open(create=False)
         except NoLakeTableError:
             continue
-        reports[tables.typed.table] = _maintain(args, tables.typed, typed, now)
+        # An upsert table's files hold keys, not seq ranges: its fold rewrites them.
+        keep_files = declared.mode == "upsert"
+        reports[tables.typed.table] = _maintain(
+            args, tables.typed, typed, now, rewrite=not keep_files
+        )
         # Read after the typed table's own maintenance: its watermark only grows.
         bound = table_watermarks(typed.refresh())
         reports[tables.rejected.table] = _maintain(args, tables.rejected, rejected, now, bound)
@@ -67,6 +72,8 @@ def _maintain(
     table: Table,
     now: datetime,
     below: Mapping[str, int] | None = None,
+    *,
+    rewrite: bool = True,
 ) -> MaintenanceReport:
     return maintain(
         args.config().clients().s3,
@@ -75,7 +82,7 @@ def _maintain(
         now,
         snapshot_retention=timedelta(hours=args.snapshot_retention_hours),
         orphan_grace=timedelta(hours=args.orphan_grace_hours),
-        rewrite=args.rewrite(),
+        rewrite=args.rewrite() if rewrite else None,
         below=below,
     )
 

@@ -158,6 +158,22 @@ def stale_partitions(marks: Mapping[str, int], append: LakeAppend) -> list[str]:
     return sorted(p for p, (start, _) in append.ranges.items() if marks.get(p, 0) != start)
 
 
+def stale_batch(
+    table: Table,
+    verb: str,
+    marks: Mapping[str, int],
+    ranges: Mapping[str, tuple[int, int]],
+    stale: Sequence[str],
+) -> LakeConflictError:
+    """The refusal of a batch whose partitions another run already moved past its start."""
+    return LakeConflictError(
+        f"another run {verb} {table.name()} first: "
+        + ", ".join(f"{p} is at {marks.get(p, 0)}, not {ranges[p][0]}" for p in stale)
+        + "; this run commits nothing",
+        tuple(stale),
+    )
+
+
 def commit_failures() -> tuple[type[BaseException], ...]:
     """What a catalog commit that may or may not have landed raises: refused (also for a
     refused resend of an applied UpdateTable), unknown, or a transport failure botocore
@@ -194,12 +210,7 @@ def append(
         if landed is not None:  # this run's commit is in: its answer was lost, or refused
             return landed
         if stale:
-            raise LakeConflictError(
-                f"another run appended to {table.name()} first: "
-                + ", ".join(f"{p} is at {marks.get(p, 0)}, not {batch.ranges[p][0]}" for p in stale)
-                + "; this run commits nothing",
-                tuple(stale),
-            )
+            raise stale_batch(table, "appended to", marks, batch.ranges, stale)
         if sent == max_attempts:  # an attempt may still be in flight: not proof of anything
             raise LakeCommitUnknownError(
                 f"{table.name()} kept changing: {max_attempts} commit attempts failed "

@@ -27,6 +27,15 @@ property goes to the dead-letter table, so the typed table never holds it; the t
 columns are optional in Iceberg so that a later, optional column can be added (schema
 evolution) without rewriting a file.
 
+**Mode** (``mode``): ``append`` (the default) keeps every record; ``upsert`` keeps the newest
+record per ``key``: ``partitionKey`` (the record's partition key) or a property path of the
+schema (``orderId``, ``customer.id``) whose every step is ``required`` and whose leaf is a
+``string`` or an ``integer`` without a format (a record lacking its key is refused to the
+dead-letter table like any missing required property). An upsert table has one more column,
+``log_clock`` (``UPSERT_COLUMNS``): the record's place in the log's order across partitions
+(``shardlog.lake.upsert``). ``key`` without ``upsert``, or ``upsert`` without ``key``, is
+refused naming ``key``.
+
 Limits (each refused at and past its edge, naming the field): at most ``MAX_TABLES``
 tables; a name of 1..``MAX_NAME_LENGTH`` characters of ``[a-z][a-z0-9_]*``, not ``events``
 and not ending in ``_rejected`` (the dead-letter tables' names); property names of
@@ -76,6 +85,10 @@ RAW_TABLE = "events"
 LOG_COLUMNS = ("partition_id", "seq", "partition_key", "arrival_time", "record_id")
 _TABLE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _PROPERTY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+PARTITION_KEY = "partitionKey"  # an upsert table keyed by the record's partition key
+# What an upsert table has beyond a typed table's columns (shardlog.lake.upsert).
+LOG_CLOCK = "log_clock"
+UPSERT_COLUMNS = (LOG_CLOCK,)
 _FIELD_PATH = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")
 
 
@@ -244,6 +257,8 @@ class LakeTableDeclaration(BaseModel):
     payload: JsonField = Field(alias="schema")
     filter: RecordFilter | None = None
     description: str = Field(default="", max_length=1000)
+    mode: Literal["append", "upsert"] = "append"
+    key: str | None = Field(default=None, min_length=1, max_length=256)
 
     @field_validator("name")
     @classmethod
@@ -264,6 +279,7 @@ class LakeTableDeclaration(BaseModel):
         taken = [k for k in self.payload.properties if column_name(k) in LOG_COLUMNS]
         if taken:
             raise ValueError(f"schema: properties {taken} are the log's own columns {LOG_COLUMNS}")
+        self._check_key()
         if self.payload.fields() > MAX_COLUMNS:
             raise ValueError(
                 f"schema: {self.payload.fields()} fields (nested ones counted), "
@@ -275,6 +291,47 @@ class LakeTableDeclaration(BaseModel):
                 f"at most {MAX_DEPTH}"
             )
         return self
+
+    def _check_key(self) -> None:
+        """``key`` with ``upsert`` only: the partition key, or a required path to a string or
+        an integer of the schema (every record then has exactly one key value)."""
+        if self.mode == "append":
+            if self.key is not None:
+                raise ValueError("key: only a table of mode upsert has a key")
+            return
+        if self.key is None:
+            raise ValueError(
+                f"key: mode upsert needs a key: {PARTITION_KEY} or a property path of the schema"
+            )
+        taken = [k for k in self.payload.properties if column_name(k) in UPSERT_COLUMNS]
+        if taken:
+            raise ValueError(f"schema: properties {taken} are an upsert table's {UPSERT_COLUMNS}")
+        if self.key != PARTITION_KEY:
+            _key_leaf(self.payload, self.key)
+
+    @property
+    def upsert(self) -> bool:
+        return self.mode == "upsert"
+
+    def key_column(self) -> tuple[str, ...]:
+        """The key's column path in the typed table (``partition_key``, or the property
+        path in snake_case: ``customer.id`` -> ``("customer", "id")``)."""
+        if self.key is None or self.key == PARTITION_KEY:
+            return ("partition_key",)
+        return tuple(column_name(step) for step in self.key.split("."))
+
+    def table_schema(self) -> TableSchema:
+        """The table as created: ``typed_schema`` and, for an upsert table, ``log_clock``."""
+        schema = self.typed_schema()
+        if not self.upsert:
+            return schema
+        from pyiceberg.types import LongType
+
+        from shardlog.lake.schema import Column
+
+        next_id = max(c.field_id for c in schema.columns) + 1
+        doc = "the record's place in the log's order across partitions (epoch ms)"
+        return schema.with_column(Column(next_id, LOG_CLOCK, LongType(), True, doc))
 
     @property
     def rejected_name(self) -> str:
@@ -296,6 +353,31 @@ class LakeTableDeclaration(BaseModel):
             for k, p in self.payload.properties.items()
         ]
         return _table(assign_fresh_schema_ids(Schema(*fields)))
+
+
+def _key_leaf(payload: JsonField, path: str) -> JsonField:
+    """The property ``path`` names: each step declared and ``required``, the leaf a string or
+    an integer without a format; else one error naming ``key``."""
+    if not _FIELD_PATH.fullmatch(path):
+        raise ValueError(
+            f"key: {path!r} is neither {PARTITION_KEY} nor a property path like orderId or "
+            "customer.id"
+        )
+    node, where = payload, ""
+    for step in path.split("."):
+        if node.type != "object" or step not in node.properties:
+            owner = where or "the payload"
+            raise ValueError(f"key: {path} is not in the schema ({owner} has no property {step})")
+        if step not in node.required:
+            raise ValueError(
+                f"key: {path}: {where + '.' if where else ''}{step} is not required "
+                "(a record without its key could not be placed)"
+            )
+        node, where = node.properties[step], f"{where}.{step}" if where else step
+    if node.type not in ("string", "integer") or node.format is not None:
+        kind = f"{node.type} ({node.format})" if node.format else node.type
+        raise ValueError(f"key: {path} is of type {kind}: a key is a string or an integer")
+    return node
 
 
 def _doc(key: str, node: JsonField) -> str:

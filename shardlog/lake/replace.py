@@ -160,11 +160,12 @@ def overwrite_files(
     files: Sequence[str],
     watermarks: Mapping[str, int],
     run_id: str,
+    carried: Mapping[str, str] | None = None,
 ) -> Snapshot:
     """One overwrite snapshot from the snapshot read, through a view that cannot delete:
-    the data files ``choose`` picks of the snapshot's out, ``files`` in, the watermarks and
-    the run id in its summary (the backfill's swap, and maintenance's rewrite:
-    ``shardlog.lake.rewrite``)."""
+    the data files ``choose`` picks of the snapshot's out, ``files`` in, the watermarks,
+    the run id and the ``carried`` properties in its summary (the backfill's swap, and
+    maintenance's rewrite: ``shardlog.lake.rewrite``)."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     from shardlog.lake.keeping_io import keeping_view
@@ -173,6 +174,7 @@ def overwrite_files(
     doomed = choose([task.file for task in view.scan().plan_files()])
     transaction = view.transaction()
     properties = {
+        **(carried or {}),
         WATERMARKS_PROPERTY: json.dumps(dict(watermarks), sort_keys=True),
         RUN_PROPERTY: run_id,
     }

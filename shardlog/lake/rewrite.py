@@ -29,7 +29,8 @@ backfill keeps apart; a file merged across that bound would straddle it).
    seqs strictly increasing;
 5. **commit** one ``overwrite`` snapshot based on the snapshot read: delete exactly the
    bins' files, add the new ones, and record in its summary the watermarks read in 1,
-   unchanged, and the run id;
+   unchanged, with every other ``shardlog.`` property of the snapshot they were read from
+   (an upsert table's clocks: ``shardlog.lake.upsert``), and the run id;
 6. a failed commit is an **unknown outcome**, as for the append (``shardlog.lake.commit``):
    back to 1, at most ``DEFAULT_COMMIT_ATTEMPTS`` commits, else ``LakeCommitUnknownError``.
 
@@ -66,6 +67,8 @@ import pyarrow.parquet as pq
 from shardlog import constants as C
 from shardlog.lake.commit import (
     DEFAULT_COMMIT_ATTEMPTS,
+    RUN_PROPERTY,
+    WATERMARKS_PROPERTY,
     _read,
     commit_failures,
     own_snapshot,
@@ -143,6 +146,7 @@ class DayPlan:
     bins: tuple[Bin, ...]
     files: int  # the day's data files in the snapshot
     watermarks: Mapping[str, int]
+    carried: Mapping[str, str]  # the other shardlog. properties beside the watermarks
 
     @property
     def replaced(self) -> set[str]:
@@ -231,6 +235,7 @@ def rewrite_day(
                 [uri for uri, _ in written],
                 plan.watermarks,
                 run_id,
+                plan.carried,
             )
         except commit_failures() as exc:
             failure = f"{type(exc).__name__}: {exc}"
@@ -295,7 +300,7 @@ def plan_day(
     window = row_filter(LakeQuery(since=start, until=start + timedelta(days=1)))
     plans = _plans(table, table.scan(row_filter=window).plan_files(), rewrite, below)
     found = [p for p in plans if p.day == day]
-    return found[0] if found else DayPlan(day, (), 0, table_watermarks(table))
+    return found[0] if found else DayPlan(day, (), 0, table_watermarks(table), {})
 
 
 def _plans(
@@ -318,15 +323,26 @@ def _plans(
             partition_id, first, last = named
             group = groups.setdefault(day, {}).setdefault(partition_id, [])
             group.append((first, last, task.file))
-    marks = table_watermarks(table)
+    marks, carried = table_watermarks(table), _carried(table)
     plans = []
     for day in sorted(counts):
         bins: list[Bin] = []
         for partition_id, group in sorted(groups.get(day, {}).items()):
             bound = None if below is None else below.get(partition_id, 0)
             bins += _bins(partition_id, sorted(group, key=lambda g: g[:2]), rewrite, bound)
-        plans.append(DayPlan(day, tuple(bins), counts[day], marks))
+        plans.append(DayPlan(day, tuple(bins), counts[day], marks, carried))
     return plans
+
+
+def _carried(table: Table) -> dict[str, str]:
+    """The ``shardlog.`` properties of the snapshot the watermarks are read from, but the
+    watermarks and the run id: what other writers keep beside the watermarks (an upsert
+    table's clocks), carried as they are."""
+    chain = watermark_chain(table)
+    summary = chain[-1].summary if chain else None
+    properties = summary.additional_properties if summary is not None else {}
+    own = {WATERMARKS_PROPERTY, RUN_PROPERTY}
+    return {k: v for k, v in properties.items() if k.startswith("shardlog.") and k not in own}
 
 
 def _bins(

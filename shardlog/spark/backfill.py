@@ -112,6 +112,11 @@ def run_backfill(
     max_attempts: int = MAX_BACKFILL_ATTEMPTS,
 ) -> BackfillReport:
     """Steps 1 to 5, retried on a racing compaction; ``write`` is ``write_typed``."""
+    if tables.declared.upsert:  # the swap keeps rows by seq range; an upsert table's are by key
+        raise BackfillError(
+            f"lake table {tables.typed.table} is an upsert table: backfill re-derives "
+            "append tables only (declare a new upsert table to re-derive it from the log)"
+        )
     report = BackfillReport(table=tables.typed.table, run_id=run_id, dry_run=dry_run)
     current = load_lake_catalog(tables.typed).load_table(tables.typed.table)
     report.changes = [

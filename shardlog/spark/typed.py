@@ -22,7 +22,10 @@ and ``T_rejected`` (the records that are T's and do not: never dropped). Per run
    commits nothing and removes its files;
 6. **commit T**: range ``[W_T, end)`` of every batch with its typed files (possibly none:
    the watermarks move all the same). ``LakeConflictError``: another run appended T first:
-   this run removes its typed files; its T_rejected commit, if any, stands.
+   this run removes its typed files; its T_rejected commit, if any, stands. An **upsert
+   table** (``mode: upsert``) instead folds the typed files' rows, staged, into T: the
+   newest row per key, one snapshot, the same watermark check (``shardlog.lake.upsert``);
+   it reads a child partition only once each parent is wholly in T (step 2).
 
 Why exactly once: the parse is a function of the record and the declaration, so two runs
 find the same rejected records in the same seqs. ``W_R`` is the next seq whose rejection
@@ -42,6 +45,7 @@ so a lost answer, a crash or a race is what docs/LAKE.md says for ``events``:
 
 from __future__ import annotations
 
+import io
 import itertools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -50,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from shardlog import constants as C
 from shardlog.aws import Clients
@@ -61,7 +66,9 @@ from shardlog.lake.declared import LOG_COLUMNS, LakeTableDeclaration, rejected_s
 from shardlog.lake.evolution import evolve
 from shardlog.lake.exceptions import LakeConflictError
 from shardlog.lake.files import EVENT_RECORDS, s3_uri, write_rows
+from shardlog.lake.schema import TableSchema
 from shardlog.lake.settings import LakeSettings
+from shardlog.lake.upsert import LakeUpsert, UpsertTarget, ready, upsert
 from shardlog.retirement import LakeReader
 from shardlog.segments import SegmentStore, check_segment
 from shardlog.spark.compaction import (
@@ -77,6 +84,7 @@ from shardlog.spark.io import ARROW_FILE_STATS, FILE_STATS_SCHEMA
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.payloads import DATA, ERROR_FIELD, ERROR_REASON, MATCHED, parse_payloads
 from shardlog.spark.watermark import WatermarkStore
+from shardlog.tables import PartitionInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.table import Table
@@ -105,6 +113,8 @@ class TypedReport:
     ended: list[str] = field(default_factory=list)  # mirrored SHARD_END (all in the table)
     partitions_read: str = ""  # "live" (caught up: the live set) or "all"
     trimmed: dict[str, int] = field(default_factory=dict)  # records gone before it read them
+    waiting: list[str] = field(default_factory=list)  # upsert: partitions whose parents lag
+    upsert: dict[str, int] = field(default_factory=dict)  # upsert: the fold's counts
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,7 +142,7 @@ class TypedTables:
             open_table(
                 self.typed,
                 create=create,
-                schema=declared.typed_schema(),
+                schema=declared.table_schema(),
                 evolve=(lambda table: evolve(table, declared)) if create else None,
             ),
             open_table(self.rejected, create=create, schema=rejected_schema()),
@@ -289,10 +299,15 @@ def run_typed(
     group = lake_reader(tables.declared.name)
     reader = LakeReader.open(clients, args.config().tables, group)
     report.partitions_read = "live" if reader.caught_up else "all"
-    plans = plan_batches(clients, args, table_watermarks(typed), reader.partitions)
+    marks = table_watermarks(typed)
+    partitions = reader.partitions
+    if tables.declared.upsert:  # a child only once its parents are wholly in (log order)
+        readable, report.waiting = ready(partitions, marks)
+        partitions = [p for p in partitions if p.partition_id in readable]
+    plans = plan_batches(clients, args, marks, partitions)
     report.trimmed = {p.partition_id: p.trimmed for p in plans if p.trimmed}
     if plans:
-        _commit(clients, tables, (typed, rejected), plans, run_id, write, report)
+        _commit(clients, tables, (typed, rejected), plans, run_id, write, report, partitions)
     marks = table_watermarks(typed.refresh())
     mirror_watermarks(
         WatermarkStore(clients, args.consumers_table, group), reader.partitions, marks, report
@@ -309,6 +324,7 @@ def _commit(
     run_id: str,
     write: WriteTyped,
     report: TypedReport,
+    partitions: Sequence[PartitionInfo],
 ) -> None:
     """Steps 3 to 6 of the planned batches: write, check, commit the dead-letter table's
     append, then the typed table's (a lost race removes the run's files and commits no
@@ -337,6 +353,10 @@ def _commit(
         report.rejected_snapshot_id = committed.snapshot_id
         report.rejected = sum(f["records"] for f in rejected_files)
     ranges = {p.partition_id: (p.follows, p.end) for p in plans}
+    if tables.declared.upsert:
+        parents = {p.partition_id: p.parents for p in partitions}
+        _upsert(clients, tables, typed, ranges, typed_files, parents, run_id, report)
+        return
     try:
         committed = append(typed, _batch(tables.typed, ranges, typed_files, run_id))
     except LakeConflictError as exc:
@@ -346,6 +366,51 @@ def _commit(
     report.snapshot_id = committed.snapshot_id
     report.typed = sum(f["records"] for f in typed_files)
     report.files = len(typed_files) + len(rejected_files)
+
+
+def _upsert(
+    clients: Clients,
+    tables: TypedTables,
+    typed: Table,
+    ranges: Mapping[str, tuple[int, int]],
+    staged: Sequence[dict[str, Any]],
+    parents: Mapping[str, Sequence[str]],
+    run_id: str,
+    report: TypedReport,
+) -> None:
+    """Step 6 of an upsert table: the typed files written in step 3 are the batch's rows,
+    staged (never committed); ``shardlog.lake.upsert`` folds them into the table in one
+    snapshot. The staged files go once the fold committed or lost its race (each only if
+    no snapshot references it)."""
+    declared = tables.declared
+    rows = read_staged(clients, tables.typed.bucket, staged, declared.typed_schema())
+    batch = LakeUpsert(ranges, rows, declared.key_column(), parents, run_id)
+    target = UpsertTarget(tables.typed, declared.table_schema(), clients.s3)
+    try:
+        result = upsert(typed, target, batch)
+    except LakeConflictError as exc:
+        report.conflicts.append(str(exc))
+        remove_files(clients, tables.typed, typed, staged)
+        return
+    remove_files(clients, tables.typed, typed, staged)  # an unknown outcome keeps them
+    report.snapshot_id, report.typed = result.snapshot_id, rows.num_rows
+    report.files = result.files_written
+    report.upsert = {
+        "keys": result.keys,
+        "files_read": result.files_read,
+        "files_rewritten": result.files_rewritten,
+        "files_written": result.files_written,
+        "rows": result.rows,
+    }
+
+
+def read_staged(
+    clients: Clients, bucket: str, staged: Sequence[dict[str, Any]], schema: TableSchema
+) -> pa.Table:
+    """The rows of the staged typed files (one GetObject each), in the typed table's shape."""
+    bodies = [clients.s3.get_object(Bucket=bucket, Key=f["file_key"])["Body"] for f in staged]
+    tables = [pq.read_table(io.BytesIO(body.read())) for body in bodies]
+    return pa.concat_tables(tables) if tables else schema.arrow().empty_table()
 
 
 def _batch(

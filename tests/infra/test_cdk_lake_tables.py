@@ -193,3 +193,19 @@ def test_the_declarations_size_at_and_past_its_limit() -> None:
 def test_no_declaration_is_no_environment_variable(undeclared: Synthesized) -> None:
     assert C.ENV_LAKE_TABLES not in trigger_env(undeclared)
     assert declared_tables(App(context=cdk_context()).node).tables == ()
+
+
+def test_an_upsert_declaration_is_checked_at_synth_naming_its_key() -> None:
+    upsert = {**ORDERS, "mode": "upsert", "key": "orderId"}
+    node = App(context=cdk_context(**{IC.CTX_LAKE_TABLES: [upsert]})).node
+    (table,) = declared_tables(node).tables
+    assert (table.mode, table.key) == ("upsert", "orderId")
+    assert json.loads(lake_tables_json(declared_tables(node))) == [upsert]  # reaches each run
+    for bad, message in (
+        ({**ORDERS, "mode": "upsert"}, "key: mode upsert needs a key"),
+        ({**upsert, "key": "amount"}, "key: amount: amount is not required"),
+        ({**ORDERS, "key": "orderId"}, "key: only a table of mode upsert has a key"),
+    ):
+        node = App(context=cdk_context(**{IC.CTX_LAKE_TABLES: [bad]})).node
+        with pytest.raises(SettingsError, match=rf"shardlog:lakeTables\[0\]: {message}"):
+            declared_tables(node)

@@ -253,3 +253,22 @@ def test_the_command_rewrites_and_refuses_sizes_past_their_limits(aws: AwsEnv, c
     at_edge = run_cli(aws, "lake", "maintain", "--target-file-mib", top, "--small-file-mib", top)
     assert at_edge.exit_code == 0, at_edge.output
     assert_every_row_once(aws, lake, {P0: 40})
+
+
+def test_what_other_writers_keep_beside_the_watermarks_is_carried(
+    aws: AwsEnv, lake: LakeSettings
+) -> None:
+    """An upsert table keeps its clocks beside the watermarks (``shardlog.lake.upsert``):
+    the rewrite's snapshot carries them too, so they are still read where the watermarks
+    are."""
+    from shardlog.lake.replace import overwrite_files
+
+    table = open_table(lake)
+    clocks = {"shardlog.clocks": json.dumps({P0: 7, P1: 9})}
+    overwrite_files(table, lambda _: [], [], marks_of(table), "clocked", clocks)
+    rewrite_table(aws.clients.s3, lake, open_table(lake), EVERYTHING)
+    current = open_table(lake).current_snapshot()
+    assert current is not None and current.summary is not None
+    assert current.summary.additional_properties.get(RUN_PROPERTY, "").startswith(RUN_PREFIX)
+    assert current.summary.additional_properties["shardlog.clocks"] == clocks["shardlog.clocks"]
+    assert_every_row_once(aws, lake, {P0: 120, P1: 50})
