@@ -15,12 +15,18 @@ baseline is the floor with the same bound (the same S3 over HTTP), so Spark's "w
 the baseline's fetch-to-PUT steps is what Spark itself adds (scheduling, Python workers,
 Arrow serialisation, the shuffle by file). Both read from and write to the same S3 (moto), so
 the figures are mostly decode + Parquet + HTTP cost on this machine, not EMR's.
-Usage: python bench/compact.py [--records N] [--segment-records N] [--json]
+Last, right-sized files: a day of small files, as ``--rewrite-runs`` hourly compaction runs
+leave them (the compaction's own file write and commit, no Spark), rewritten by
+maintenance's rewrite at its default target (``shardlog.lake.rewrite``): the day's files
+before and after, and the rewrite's seconds.
+Usage: python bench/compact.py [--records N] [--segment-records N] [--rewrite-records N]
+[--rewrite-runs N] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -307,6 +313,55 @@ def bench_typed(spark: Any, aws: EmbeddedAWS, records: int, segment_records: int
     }
 
 
+def bench_rewrite(aws: EmbeddedAWS, records: int, runs: int) -> dict[str, Any]:
+    """``runs`` compaction runs' appends (one small file per partition each, the same day),
+    then one rewrite at the default target: files before and after per day rewritten,
+    seconds, and the rows checked to be all there once."""
+    from shardlog.lake.catalog import open_table
+    from shardlog.lake.commit import LakeAppend, append
+    from shardlog.lake.files import s3_uri, write_data_files
+    from shardlog.lake.rewrite import RewriteSettings, rewrite_table
+
+    segment = 1_000
+    config = new_log(aws, "rewrite", records, segment)
+    lake = bench_args(config).lake()
+    table = open_table(lake, create=True)
+    store = SegmentStore(config.clients(), config.bucket)
+    per_partition = records // len(PARTITIONS)
+    step = max(segment, per_partition // runs // segment * segment)  # whole segments
+    bounds = [*range(0, per_partition, step), per_partition]
+    for number, (start, end) in enumerate(itertools.pairwise(bounds)):
+        segments = [s for p in PARTITIONS for s in store.segments(p, start, end)]
+        run_id = f"benchrun{number:04d}"
+        files = write_data_files(config.clients().s3, lake, segments, run_id)
+        uris = [s3_uri(lake.bucket, f.key) for f in files]
+        append(table, LakeAppend({p: (start, end) for p in PARTITIONS}, uris, run_id))
+    started = time.perf_counter()
+    days = rewrite_table(config.clients().s3, lake, table, RewriteSettings())
+    seconds = time.perf_counter() - started
+    held = open_table(lake).scan(selected_fields=("partition_id", "seq")).to_arrow()
+    once = held.group_by(["partition_id", "seq"]).aggregate([]).num_rows
+    if held.num_rows != records or once != records or not days:
+        raise SystemExit(f"after the rewrite: {held.num_rows} rows, {once} distinct, of {records}")
+    rewritten = sum(d.records for d in days)
+    return {
+        "records": records,
+        "compactionRuns": len(bounds) - 1,
+        "days": [
+            {
+                "day": d.day,
+                "filesBefore": d.files_before,
+                "filesAfter": d.files_after,
+                "mibBefore": round(d.bytes_before / 2**20, 2),
+                "mibAfter": round(d.bytes_after / 2**20, 2),
+            }
+            for d in days
+        ],
+        "seconds": round(seconds, 2),
+        "recordsPerSecond": round(rewritten / seconds, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -319,6 +374,15 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=200_000,
         help="JSON records compacted raw and typed in the same run (0: skip).",
+    )
+    parser.add_argument(
+        "--rewrite-records",
+        type=int,
+        default=96_000,
+        help="Records of the day whose small files are rewritten (0: skip).",
+    )
+    parser.add_argument(
+        "--rewrite-runs", type=int, default=24, help="Compaction runs leaving small files."
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -340,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         spark.stop()
         fresh = bench_fresh_query(config, args.fresh_records, args.segment_records)
+        rewrite = (
+            bench_rewrite(aws, args.rewrite_records, args.rewrite_runs)
+            if args.rewrite_records
+            else None
+        )
     spark_row, baseline = rows
     per_partition = args.fresh_records // len(PARTITIONS)
     expected_fresh = len(PARTITIONS) * sum(1 for i in range(per_partition) if i % 1000 == 7)
@@ -369,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         "tableFreshnessSecondsAfterRun": round(freshness_s, 1),
         "freshQuery": fresh,
         "typed": typed,
+        "rewrite": rewrite,
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -402,6 +472,17 @@ def main(argv: list[str] | None = None) -> int:
             f"DuckDB, revenue by country: typed table {typed['typedQuerySeconds']:.3f}s, "
             f"json_extract over events {typed['jsonExtractQuerySeconds']:.3f}s "
             f"({typed['jsonExtractOverTyped']}x)"
+        )
+    if rewrite:
+        for day in rewrite["days"]:
+            print(
+                f"rewrite of day {day['day']} after {rewrite['compactionRuns']} compaction runs: "
+                f"{day['filesBefore']} files ({day['mibBefore']} MiB) -> {day['filesAfter']} "
+                f"({day['mibAfter']} MiB)"
+            )
+        print(
+            f"  {rewrite['records']:,} records rewritten in {rewrite['seconds']:.2f}s "
+            f"({rewrite['recordsPerSecond']:,.0f} records/s), every row once"
         )
     return 0
 

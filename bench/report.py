@@ -161,7 +161,24 @@ def compaction_block(report: dict[str, Any], command: str) -> list[str]:
         f"{fresh['freshSeconds']:.2f} s with `--fresh` over {fresh['uncompactedRecords']:,} "
         f"uncompacted records ({fresh['freshOverPlain']}x).",
     ]
-    return lines
+    return lines + rewrite_lines(report.get("rewrite"))
+
+
+def rewrite_lines(rewrite: dict[str, Any] | None) -> list[str]:
+    """Right-sized files: a day's files before and after maintenance's rewrite."""
+    if not rewrite:
+        return []
+    days = "; ".join(
+        f"{d['day']}: {d['filesBefore']} files ({d['mibBefore']} MiB) -> {d['filesAfter']} "
+        f"({d['mibAfter']} MiB)"
+        for d in rewrite["days"]
+    )
+    return [
+        "",
+        f"Right-sized files: after {rewrite['compactionRuns']} compaction runs of "
+        f"{rewrite['records']:,} records, maintenance's rewrite at the default 256 MiB target: "
+        f"{days}, in {rewrite['seconds']:.2f} s ({rewrite['recordsPerSecond']:,.0f} records/s).",
+    ]
 
 
 def cost_block(rows: list[dict[str, Any]], command: str, region: str, as_of: str) -> list[str]:

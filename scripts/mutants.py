@@ -73,6 +73,8 @@ TYPED_COMPACTION = ("tests/spark/test_typed_compaction.py",)
 # Schema evolution and backfill of typed tables (shardlog/lake/evolution.py, replace.py,
 # shardlog/spark/backfill.py).
 BACKFILL = ("tests/spark/test_typed_backfill.py",)
+# Right-sized files: maintenance's rewrite (shardlog/lake/rewrite.py).
+REWRITE = ("tests/spark/test_lake_rewrite.py",)
 # Latest by key: upsert tables (shardlog/lake/upsert.py).
 UPSERT = (
     "tests/unit/test_lake_upsert_order.py",
@@ -1058,6 +1060,42 @@ MUTATIONS = (
         "(readable if all(done(p) for p in partition.parents) else waiting)",
         "(readable if True else waiting)",
         UPSERT,
+    ),
+    Mutation(
+        "rewrite-replans",
+        "maintenance's rewrite planning each attempt afresh from the table it read (after a "
+        "refused commit, the first attempt's files and watermarks reused instead)",
+        "shardlog/lake/rewrite.py",
+        "        plan = plan_day(table, day, rewrite, below)",
+        "        plan = [*sent.values()][0][0] if sent else plan_day(table, day, rewrite, below)",
+        REWRITE,
+    ),
+    Mutation(
+        "rewrite-carries-watermarks",
+        "the rewrite's snapshot carrying the table's watermarks unchanged",
+        "shardlog/lake/rewrite.py",
+        "                plan.watermarks,",
+        "                {},",
+        REWRITE,
+        LAKE_MODEL,
+    ),
+    Mutation(
+        "rewrite-row-check",
+        "a rewritten file checked to hold one log partition's rows in strictly increasing seq "
+        "order across the files it replaces, so that its name's range is its rows'",
+        "shardlog/lake/rewrite.py",
+        "if not ordered or not ours or seqs[0].as_py() <= last:",
+        "if not ordered or not ours:",
+        ("tests/unit/test_lake_rewrite.py",),
+    ),
+    Mutation(
+        "rewrite-dead-letter-bound",
+        "the dead-letter table's rewrite leaving apart the refusals at or above its typed "
+        "table's watermark (a file across it would straddle the backfill's bound)",
+        "spark_jobs/maintain.py",
+        "_maintain(args, tables.rejected, rejected, now, bound)",
+        "_maintain(args, tables.rejected, rejected, now, None)",
+        ("tests/spark/test_rewrite_jobs.py",),
     ),
 )
 

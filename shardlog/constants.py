@@ -202,6 +202,13 @@ DEFAULT_LAKE_SNAPSHOT_RETENTION_HOURS: Final = 7 * 24
 MIN_LAKE_SNAPSHOT_RETENTION_HOURS: Final = 1
 DEFAULT_LAKE_ORPHAN_GRACE_HOURS: Final = 24
 MIN_LAKE_ORPHAN_GRACE_HOURS: Final = 3
+# Right-sized files (maintenance's rewrite, shardlog/lake/rewrite.py): a day's files smaller
+# than the threshold are rewritten into files near the target. The threshold defaults to
+# 3/4 of the target (Iceberg's own rewrite default); a file is one PutObject, and S3 takes
+# 5 GiB in one, so the target stays below that.
+DEFAULT_LAKE_TARGET_FILE_MIB: Final = 256
+DEFAULT_LAKE_SMALL_FILE_MIB: Final = 192
+MAX_LAKE_TARGET_FILE_MIB: Final = 4096
 LAKE_QUERY_DEFAULT_LIMIT: Final = 1_000  # rows `shardlog lake query` prints by default
 LAKE_QUERY_MAX_LIMIT: Final = 1_000_000  # rows a lake query returns at most (held in memory)
 LAKE_QUERY_MAX_FILTER_VALUES: Final = 100  # values of --partition-key or --partition at most

@@ -313,18 +313,45 @@ def _advance(bar: object, records: int) -> None:
     type=click.IntRange(min=C.MIN_LAKE_ORPHAN_GRACE_HOURS),
     help="Remove unreferenced files older than this (longer than any compaction run).",
 )
+@click.option(
+    "--target-file-mib",
+    default=C.DEFAULT_LAKE_TARGET_FILE_MIB,
+    show_default=True,
+    type=click.IntRange(1, C.MAX_LAKE_TARGET_FILE_MIB),
+    help="Rewrite each day's small files into files near this size.",
+)
+@click.option(
+    "--small-file-mib",
+    default=C.DEFAULT_LAKE_SMALL_FILE_MIB,
+    show_default=True,
+    type=click.IntRange(1, C.MAX_LAKE_TARGET_FILE_MIB),
+    help="Files below this size are rewritten (at most --target-file-mib).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def maintain(
-    ctx: click.Context, snapshot_retention_hours: int, orphan_grace_hours: int, as_json: bool
+    ctx: click.Context,
+    snapshot_retention_hours: int,
+    orphan_grace_hours: int,
+    target_file_mib: int,
+    small_file_mib: int,
+    as_json: bool,
 ) -> None:
-    """Expire old snapshots and remove files no snapshot references (crashed runs' files)."""
+    """Expire old snapshots, rewrite each day's small files into files near a target size,
+    and remove files no snapshot references (crashed runs' files, replaced ones)."""
     from datetime import UTC, timedelta
 
     from shardlog.lake.catalog import open_table
     from shardlog.lake.maintenance import maintain as run_maintenance
+    from shardlog.lake.rewrite import RewriteSettings
     from shardlog.lake.settings import LakeSettings
 
+    if small_file_mib > target_file_mib:
+        raise click.BadParameter(
+            f"{small_file_mib} is above --target-file-mib {target_file_mib}: files above "
+            "the target are not small",
+            param_hint="'--small-file-mib'",
+        )
     config = _config(ctx)
     settings = LakeSettings.from_config(config)
     try:
@@ -335,6 +362,7 @@ def maintain(
             datetime.now(UTC),
             snapshot_retention=timedelta(hours=snapshot_retention_hours),
             orphan_grace=timedelta(hours=orphan_grace_hours),
+            rewrite=RewriteSettings.of_mib(target_file_mib, small_file_mib),
         )
     except ShardlogError as exc:
         raise click.ClickException(str(exc)) from None
@@ -346,3 +374,9 @@ def maintain(
         f"{len(report.removed_files)} unreferenced file(s), kept {report.kept_young_files} "
         f"younger than {orphan_grace_hours} h"
     )
+    for day in report.rewritten:
+        click.echo(
+            f"  {day.day}: {day.files_before} file(s) -> {day.files_after} "
+            f"({day.replaced} small file(s) of {day.records:,} records rewritten into "
+            f"{day.written}, {day.bytes_before / 2**20:.1f} -> {day.bytes_after / 2**20:.1f} MiB)"
+        )

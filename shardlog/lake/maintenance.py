@@ -16,6 +16,10 @@
   lost a race, manifests of commits that did not land, and the manifest lists and
   metadata of expired snapshots. The grace period protects a compaction still running:
   its files are written before its commit, so the grace must exceed the longest run.
+- **rewrite** (when asked, between the two): each day partition's small files into files
+  near a target size, one snapshot per day that carries the watermarks unchanged
+  (``shardlog.lake.rewrite``). The files it replaces stay referenced by the older
+  snapshots, so they go with them: expired, then orphans past the grace.
 
 An expiry commit that fails (refused by a concurrent commit, or its answer lost: Glue
 refuses the resend of an applied ``UpdateTable``) is an unknown outcome: the table is read
@@ -26,7 +30,7 @@ deleted on the strength of a commit: orphan removal reads what the table referen
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -37,6 +41,8 @@ from shardlog.lake.settings import LakeSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.table import Table
+
+    from shardlog.lake.rewrite import DayRewrite, RewriteSettings
 
 # Longer than a compaction run can last (its EMR Serverless timeout, shardlog.spark.jobs).
 MIN_ORPHAN_GRACE = timedelta(hours=C.MIN_LAKE_ORPHAN_GRACE_HOURS)
@@ -51,6 +57,7 @@ class MaintenanceReport:
     expired_snapshots: list[int] = field(default_factory=list)
     removed_files: list[str] = field(default_factory=list)
     kept_young_files: int = 0
+    rewritten: list[DayRewrite] = field(default_factory=list)  # per day partition rewritten
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,12 +145,20 @@ def maintain(
     *,
     snapshot_retention: timedelta = DEFAULT_SNAPSHOT_RETENTION,
     orphan_grace: timedelta = DEFAULT_ORPHAN_GRACE,
+    rewrite: RewriteSettings | None = None,
+    below: Mapping[str, int] | None = None,
 ) -> MaintenanceReport:
-    """Expire, then remove orphans (the expired snapshots' files among them)."""
+    """Expire, rewrite small files if ``rewrite`` is given (``below``: a dead-letter table's
+    bound, ``shardlog.lake.rewrite``), then remove orphans (the expired snapshots' files
+    among them)."""
     check_durations(snapshot_retention, orphan_grace)
     table.refresh()
     report = MaintenanceReport()
     report.expired_snapshots = expire_snapshots(table, now - snapshot_retention)
+    if rewrite is not None:
+        from shardlog.lake.rewrite import rewrite_table
+
+        report.rewritten = rewrite_table(s3, settings, table, rewrite, below=below)
     table.refresh()  # what the table references now, after the expiry, whoever committed
     report.removed_files, report.kept_young_files = remove_orphans(
         s3, settings, table, now - orphan_grace

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -144,28 +144,49 @@ def replace(
 
 
 def _overwrite(table: Table, batch: LakeReplace) -> Snapshot:
-    """One overwrite snapshot from the snapshot read, through a view that cannot delete."""
+    """The backfill's overwrite: the files wholly below ``covers`` out, the batch's in."""
+    return overwrite_files(
+        table,
+        lambda current: replaced(current, batch.covers),
+        batch.files,
+        batch.watermarks,
+        batch.run_id,
+    )
+
+
+def overwrite_files(
+    table: Table,
+    choose: Callable[[list[DataFile]], list[DataFile]],
+    files: Sequence[str],
+    watermarks: Mapping[str, int],
+    run_id: str,
+    carried: Mapping[str, str] | None = None,
+) -> Snapshot:
+    """One overwrite snapshot from the snapshot read, through a view that cannot delete:
+    the data files ``choose`` picks of the snapshot's out, ``files`` in, the watermarks,
+    the run id and the ``carried`` properties in its summary (the backfill's swap, and
+    maintenance's rewrite: ``shardlog.lake.rewrite``)."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     from shardlog.lake.keeping_io import keeping_view
 
     view = keeping_view(table)
-    current = [task.file for task in view.scan().plan_files()]
-    doomed = replaced(current, batch.covers)
+    doomed = choose([task.file for task in view.scan().plan_files()])
     transaction = view.transaction()
     properties = {
-        WATERMARKS_PROPERTY: json.dumps(dict(batch.watermarks), sort_keys=True),
-        RUN_PROPERTY: batch.run_id,
+        **(carried or {}),
+        WATERMARKS_PROPERTY: json.dumps(dict(watermarks), sort_keys=True),
+        RUN_PROPERTY: run_id,
     }
     with transaction.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
         for data_file in doomed:
             overwrite.delete_data_file(data_file)
-        for path in batch.files:
+        for path in files:
             overwrite.append_data_file(
                 parquet_file_to_data_file(view.io, transaction.table_metadata, path)
             )
     committed = transaction.commit_transaction().current_snapshot()
-    if committed is None or own_snapshot(view, batch.run_id) is None:
+    if committed is None or own_snapshot(view, run_id) is None:
         raise LakeError(f"{table.name()}: the commit answered without this run's snapshot")
     table.metadata, table.metadata_location = view.metadata, view.metadata_location
     return committed

@@ -20,6 +20,7 @@ from shardlog.lake.settings import LakeSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from shardlog.lake.declared import LakeTables
+    from shardlog.lake.rewrite import RewriteSettings
 
 COMPACT = "compact"
 ANALYTICS = "analytics"
@@ -99,6 +100,16 @@ def _at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _within(minimum: int, maximum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = _at_least(minimum)(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{value} is above the maximum {maximum}")
+        return value
+
+    return parse
+
+
 @dataclass(frozen=True)
 class JobArgs:
     """What a job needs to find the log: its ``entryPointArguments``."""
@@ -113,6 +124,8 @@ class JobArgs:
     lake_table: str = C.DEFAULT_LAKE_TABLE  # <Glue database>.<table>
     snapshot_retention_hours: int = C.DEFAULT_LAKE_SNAPSHOT_RETENTION_HOURS
     orphan_grace_hours: int = C.DEFAULT_LAKE_ORPHAN_GRACE_HOURS
+    target_file_mib: int = C.DEFAULT_LAKE_TARGET_FILE_MIB
+    small_file_mib: int = C.DEFAULT_LAKE_SMALL_FILE_MIB
     # The declared typed tables, a JSON array (shardlog.lake.declared); "" for none.
     lake_tables: str = ""
 
@@ -141,6 +154,12 @@ class JobArgs:
         return LakeSettings.for_deployment(
             self.bucket, self.region, self.endpoint_url, self.lake_table
         )
+
+    def rewrite(self) -> RewriteSettings:
+        """Maintenance's right-sized files (``shardlog.lake.rewrite``)."""
+        from shardlog.lake.rewrite import RewriteSettings  # pyarrow: not in the Lambdas
+
+        return RewriteSettings.of_mib(self.target_file_mib, self.small_file_mib)
 
     def config(self) -> ShardlogConfig:
         return ShardlogConfig(
@@ -171,6 +190,10 @@ class JobArgs:
             str(self.snapshot_retention_hours),
             "--orphan-grace-hours",
             str(self.orphan_grace_hours),
+            "--target-file-mib",
+            str(self.target_file_mib),
+            "--small-file-mib",
+            str(self.small_file_mib),
         ]
         if self.endpoint_url:
             argv += ["--endpoint-url", self.endpoint_url]
@@ -214,6 +237,19 @@ class JobArgs:
             default=C.DEFAULT_LAKE_ORPHAN_GRACE_HOURS,
             help="Maintenance: remove unreferenced files older than this (> a compaction run).",
         )
+        size = _within(1, C.MAX_LAKE_TARGET_FILE_MIB)
+        parser.add_argument(
+            "--target-file-mib",
+            type=size,
+            default=C.DEFAULT_LAKE_TARGET_FILE_MIB,
+            help="Maintenance: rewrite a day's small files into files near this size.",
+        )
+        parser.add_argument(
+            "--small-file-mib",
+            type=size,
+            default=C.DEFAULT_LAKE_SMALL_FILE_MIB,
+            help="Maintenance: files below this size are rewritten (at most the target).",
+        )
         parser.add_argument(
             "--lake-tables",
             default="",
@@ -223,7 +259,13 @@ class JobArgs:
 
     @classmethod
     def parse(cls, argv: Sequence[str] | None, description: str = "") -> JobArgs:
-        ns = cls.parser(description).parse_args(argv)
+        parser = cls.parser(description)
+        ns = parser.parse_args(argv)
+        if ns.small_file_mib > ns.target_file_mib:
+            parser.error(
+                f"argument --small-file-mib: {ns.small_file_mib} is above --target-file-mib "
+                f"{ns.target_file_mib}: files above the target are not small"
+            )
         return cls(
             bucket=ns.bucket,
             partitions_table=ns.partitions_table,
@@ -235,5 +277,7 @@ class JobArgs:
             lake_table=ns.lake_table,
             snapshot_retention_hours=ns.snapshot_retention_hours,
             orphan_grace_hours=ns.orphan_grace_hours,
+            target_file_mib=ns.target_file_mib,
+            small_file_mib=ns.small_file_mib,
             lake_tables=ns.lake_tables,
         )

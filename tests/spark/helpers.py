@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from shardlog import constants as C
 from shardlog.clock import SystemClock
 from shardlog.function_settings import SparkTriggerSettings
 from shardlog.lake.catalog import open_table
-from shardlog.lake.files import DATA_DIR
+from shardlog.lake.commit import LakeAppend
+from shardlog.lake.files import DATA_DIR, s3_uri, write_data_files
 from shardlog.lake.settings import LakeSettings
 from shardlog.local.spark import provision_spark
 from shardlog.reader import LogReader
+from shardlog.segments import SegmentStore
 from tests.support.aws import AwsEnv
 
 OK_JOB = """\
@@ -147,3 +152,35 @@ def typed_rows_once(
     assert [k for k, n in seen.items() if n > 1] == []  # nothing twice
     assert sorted(seen) == sorted(log)  # nothing lost
     return typed, rejected, log
+
+
+def batch_of(aws: AwsEnv, lake: LakeSettings, ranges: dict[str, tuple[int, int]]) -> LakeAppend:
+    """A compaction run's batch: the records of ``ranges`` (segment-aligned) written as the
+    data files of a new run."""
+    store = SegmentStore(aws.clients, aws.config.bucket)
+    segments = [s for p, (a, b) in ranges.items() for s in store.segments(p, a, b)]
+    run_id = uuid.uuid4().hex[:16]
+    files = write_data_files(aws.clients.s3, lake, segments, run_id)
+    return LakeAppend(ranges, [s3_uri(lake.bucket, f.key) for f in files], run_id)
+
+
+@contextmanager
+def dying_between_the_typed_commits(
+    monkeypatch: pytest.MonkeyPatch, typed_table: str = "orders"
+) -> Iterator[None]:
+    """A typed compaction run inside dies after its dead-letter commit, before its typed
+    one (``SystemExit``: nothing in the code catches it, as a killed process)."""
+    import shardlog.spark.typed as typed_module
+
+    real_append = typed_module.append
+
+    def crash_before_the_typed_commit(table: Any, batch: Any) -> Any:
+        if table.name()[-1] == typed_table:
+            raise SystemExit("the run dies after its dead-letter commit")
+        return real_append(table, batch)
+
+    monkeypatch.setattr(typed_module, "append", crash_before_the_typed_commit)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(typed_module, "append", real_append)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -33,10 +32,8 @@ from shardlog.lake.exceptions import (
     LakeError,
     LakeSchemaError,
 )
-from shardlog.lake.files import s3_uri, write_data_files
 from shardlog.lake.settings import LakeSettings
-from shardlog.segments import SegmentStore
-from tests.spark.helpers import data_objects, lake_rows, log_rows, unique_lake
+from tests.spark.helpers import batch_of, data_objects, lake_rows, log_rows, unique_lake
 from tests.support.aws import AwsEnv
 from tests.support.factories import incoming_records, writer_for
 from tests.support.faults import LostAnswer
@@ -56,15 +53,6 @@ def log(aws: AwsEnv, clock: Any) -> AwsEnv:
 @pytest.fixture
 def lake(aws: AwsEnv) -> LakeSettings:
     return unique_lake(aws)
-
-
-def batch_of(aws: AwsEnv, lake: LakeSettings, ranges: dict[str, tuple[int, int]]) -> LakeAppend:
-    """Write the records of ``ranges`` (segment-aligned) as data files of a new run."""
-    store = SegmentStore(aws.clients, aws.config.bucket)
-    segments = [s for p, (a, b) in ranges.items() for s in store.segments(p, a, b)]
-    run_id = uuid.uuid4().hex[:16]
-    files = write_data_files(aws.clients.s3, lake, segments, run_id)
-    return LakeAppend(ranges, [s3_uri(lake.bucket, f.key) for f in files], run_id)
 
 
 def test_the_table_is_created_as_shardlog_needs_it(lake: LakeSettings) -> None:

@@ -27,7 +27,7 @@ from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.spark.backfill import BackfillReport, run_backfill
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.typed import TypedTables, compact_typed, write_typed
-from tests.spark.helpers import typed_rows_once
+from tests.spark.helpers import dying_between_the_typed_commits, typed_rows_once
 from tests.support.aws import AwsEnv
 from tests.support.cli import run_cli
 from tests.support.factories import writer_for
@@ -220,21 +220,10 @@ def test_refusals_of_a_compaction_between_its_two_commits_survive_the_backfill(
 ) -> None:
     """A compaction dies after its dead-letter commit (``W_R`` > ``W_T``): the backfill keeps
     those refusals (at or above ``W_T``), so the rerun skips them and each lands once."""
-    import shardlog.spark.typed as typed_module
-
     aws = compacted_under_v1
     append(aws, clock, P0, 60, 30)
-    real_append = typed_module.append
-
-    def crash_before_the_typed_commit(table: Any, batch: Any) -> Any:
-        if table.name()[-1] == "orders":
-            raise SystemExit("the run dies after its dead-letter commit")
-        return real_append(table, batch)
-
-    monkeypatch.setattr(typed_module, "append", crash_before_the_typed_commit)
-    with pytest.raises(SystemExit):
+    with dying_between_the_typed_commits(monkeypatch), pytest.raises(SystemExit):
         compact(spark, aws, V2, "h" * 16)
-    monkeypatch.setattr(typed_module, "append", real_append)
     typed, rejected = tables(aws, V2).open(create=False)
     assert table_watermarks(rejected)[P0] == 90 > table_watermarks(typed)[P0] == 60
 

@@ -14,12 +14,14 @@ purpose and counted (``TALLY``; the test asserts each dangerous kind happened):
   the resend (a racing compaction, maintenance, another engine);
 - **refused catalog answer**: another process commits just before one of the run's calls
   (its plan, pyiceberg's GetTable, its UpdateTable): Glue or pyiceberg refuses the commit;
-- **racing compaction**, **maintenance racing a compaction** (expiry commits while the
-  compaction's files wait for its commit), **foreign snapshot** (plain pyiceberg appends
-  a file, sets a property or tags a snapshot, without shardlog's watermarks);
+- **racing compaction**, **maintenance racing a compaction** (expiry, or the rewrite of the
+  day's small files, commits while the compaction's files wait for its commit), **foreign
+  snapshot** (plain pyiceberg appends a file, sets a property or tags a snapshot, without
+  shardlog's watermarks);
 - **crash** before or after any AWS call of a compaction (plan, write, commit, remove,
-  mirror) or a maintenance run (expiry, orphan removal): a ``BaseException`` nothing in the
-  code catches, as a killed process.
+  mirror) or a maintenance run (expiry, or the rewrite's commit when there is nothing to
+  expire; orphan removal): a ``BaseException`` nothing in the code catches, as a killed
+  process.
 
 Checked after every step: the table is readable (a full scan succeeds, and every file any
 snapshot references exists); per log partition it holds exactly the records below its
@@ -56,6 +58,7 @@ from shardlog.lake.commit import own_snapshot, table_watermarks
 from shardlog.lake.exceptions import LakeCommitUnknownError
 from shardlog.lake.files import s3_uri, write_data_files
 from shardlog.lake.maintenance import maintain
+from shardlog.lake.rewrite import RewriteSettings
 from shardlog.lake.settings import LakeSettings
 from shardlog.reader import LogReader
 from shardlog.segments import SegmentStore
@@ -89,6 +92,7 @@ MUST_REACH = (
     "crash in maintenance orphan removal",
     "snapshots expired",
     "orphans removed",
+    "days rewritten",
 )
 RACERS = ("compaction", "maintenance", "foreign append", "foreign property", "foreign tag")
 FOREIGN = ("foreign append", "foreign property", "foreign tag")
@@ -100,6 +104,9 @@ RETENTION = timedelta(hours=1)
 GRACE = timedelta(hours=3)
 RACING_AHEAD = timedelta(hours=2)
 LATE_AHEAD = timedelta(hours=4)
+# Every file here is small: maintenance rewrites each day's files (one per partition per
+# compaction run) into one per partition (shardlog.lake.rewrite).
+REWRITE = RewriteSettings(target_file_bytes=2**20, small_file_bytes=2**20)
 
 
 class Crash(BaseException):
@@ -293,6 +300,7 @@ class LakeMachine(RuleBasedStateMachine):
                 datetime.now(UTC) + ahead,
                 snapshot_retention=RETENTION,
                 orphan_grace=GRACE,
+                rewrite=REWRITE,
             )
         except Crash:
             return
@@ -303,6 +311,8 @@ class LakeMachine(RuleBasedStateMachine):
             TALLY.add("snapshots expired")
         if report.removed_files:
             TALLY.add("orphans removed")
+        if report.rewritten:
+            TALLY.add("days rewritten")
 
     def racer(self, kind: str) -> Callable[[], None]:
         """Another process acting while a run is paused (or between its request and the
