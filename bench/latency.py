@@ -4,7 +4,8 @@ Each run starts the local runtime as `shardlog local up` runs it (embedded AWS, 
 Kinesis event-source poller, the ingest handler, shard sync, a Lambda consumer group), plus
 `shardlog consume`-style workers, and produces at a steady rate with the SDK for a fixed
 time, from a process of its own (as a producer runs on AWS: its SDK work no longer shares
-the embedded AWS's interpreter lock; ``--producer in-process`` measures it as before). Per record it measures, from the start of the PutRecords call that put it:
+the embedded AWS's interpreter lock; ``--producer in-process`` measures it as before).
+Per record it measures, from the start of the PutRecords call that put it:
 
 - committed: the return of the ingest invocation that committed it (the handler returns
   only after the commit transaction; the record's seq is then below the partition's
