@@ -28,10 +28,15 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/shardlog demo --spark
 
+# mypy's cache lives in the user's cache, shared by every checkout of this machine: a clean
+# clone's first check took 117 s of CPU, against 2 s with the cache of another checkout.
+# mypy trusts a cached module only when its source hashes the same, so the cache can make a
+# check faster, never different. MYPY_CACHE_DIR=.mypy_cache keeps it in the checkout.
+MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/shardlog/mypy
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir "$(MYPY_CACHE_DIR)"
 
 format: $(STAMP)
 	$(BIN)/ruff format .

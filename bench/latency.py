@@ -3,7 +3,9 @@
 Each run starts the local runtime as `shardlog local up` runs it (embedded AWS, the local
 Kinesis event-source poller, the ingest handler, shard sync, a Lambda consumer group), plus
 `shardlog consume`-style workers, and produces at a steady rate with the SDK for a fixed
-time. Per record it measures, from the start of the PutRecords call that put it:
+time, from a process of its own (as a producer runs on AWS: its SDK work no longer shares
+the embedded AWS's interpreter lock; ``--producer in-process`` measures it as before).
+Per record it measures, from the start of the PutRecords call that put it:
 
 - committed: the return of the ingest invocation that committed it (the handler returns
   only after the commit transaction; the record's seq is then below the partition's
@@ -311,6 +313,42 @@ def produce_steadily(
     return keys, 1000 * worst_lag
 
 
+def producer_process(
+    config: ShardlogConfig, rate: int, seconds: float, record_bytes: int, out: Any
+) -> None:
+    """The steady producer in a process of its own, as a producer is on AWS: sends back the
+    keys, each one's send time (time.monotonic is system-wide on Linux), the worst lag and
+    the producing time."""
+    logging.getLogger("shardlog").setLevel(logging.ERROR)
+    producer = Producer(config.stream_name, config.clients())
+    sent_at: dict[str, float] = {}
+    started = time.monotonic()
+    keys, lag_ms = produce_steadily(producer, rate, seconds, record_bytes, sent_at)
+    out.put((keys, sent_at, lag_ms, time.monotonic() - started))
+
+
+def produce_apart(
+    context: Any,
+    config: ShardlogConfig,
+    rate: int,
+    seconds: float,
+    record_bytes: int,
+    sent_at: dict[str, float],
+) -> tuple[list[str], float, float]:
+    """``produce_steadily`` in a process of its own; fills ``sent_at``."""
+    out = context.Queue()
+    process = context.Process(
+        target=producer_process, args=(config, rate, seconds, record_bytes, out), daemon=True
+    )
+    process.start()
+    try:
+        keys, sent, lag_ms, elapsed = out.get(timeout=seconds + 300)  # bounded
+    finally:
+        process.join(30)
+    sent_at.update(sent)
+    return keys, lag_ms, elapsed
+
+
 def wait_for(done: Callable[[], bool], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -370,6 +408,7 @@ def run_once(
     warmup_s: float = 0.0,
     stages: bool = False,
     profile_runner: Path | None = None,
+    producer_in_process: bool = False,
 ) -> RunResult:
     """The ingest alone (``consumer`` None: produce-to-committed), or the ingest and one
     consumer (that consumer's path)."""
@@ -434,12 +473,19 @@ def run_once(
             if not wait_for(ready.is_set, 60):
                 stop.set()
                 raise SystemExit(f"the {consumer.label} was not ready within 60 s")
-        producer = Producer(runtime.config.stream_name, runtime.config.clients())
-        started = time.monotonic()
         cpu.start()
-        keys, lag_ms = produce_steadily(producer, rate, warmup_s + seconds, record_bytes, sent_at)
+        if producer_in_process:
+            producer = Producer(runtime.config.stream_name, runtime.config.clients())
+            started = time.monotonic()
+            keys, lag_ms = produce_steadily(
+                producer, rate, warmup_s + seconds, record_bytes, sent_at
+            )
+            elapsed = time.monotonic() - started
+        else:
+            keys, lag_ms, elapsed = produce_apart(
+                context, runtime.config, rate, warmup_s + seconds, record_bytes, sent_at
+            )
         cpu.stop()
-        elapsed = time.monotonic() - started
         in_process = [committed, *([lambda_seen] if with_lambda else [])]
         wait_for(
             lambda: (
@@ -515,7 +561,7 @@ def instrument_lambda(
         consumers.stream.handler = stages.waker(consumers.stream.handler)
     for group, source in consumers.sources.items():
         if stages is not None:
-            source.handler = stages.runner(source.handler)
+            source.wrap(stages.runner)
         if profile_runner is not None:
             path = profile_runner.with_name(f"{profile_runner.name}.{group}")
             source.run = profiled(source.run, path)  # type: ignore[method-assign]
@@ -622,6 +668,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="write a cProfile of each Lambda consumer runner thread to PATH.<group>",
     )
+    parser.add_argument(
+        "--producer",
+        choices=("process", "in-process"),
+        default="process",
+        help="the steady producer in a process of its own (default, as on AWS), or in the "
+        "runtime's process (as measured before 2026-11-27: its SDK work shared the embedded "
+        "AWS's interpreter lock)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     seconds = args.seconds or (6.0 if args.quick else 20.0)
@@ -662,6 +716,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.warmup_seconds,
                         args.stages,
                         args.profile_runner,
+                        args.producer == "in-process",
                     )
                 )
     print(

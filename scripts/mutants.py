@@ -1097,6 +1097,26 @@ MUTATIONS = (
         "_maintain(args, tables.rejected, rejected, now, None)",
         ("tests/spark/test_rewrite_jobs.py",),
     ),
+    Mutation(
+        "kinesis-read-after-position",
+        "the embedded Kinesis' GetRecords starting right after the iterator's position (its "
+        "bisection; one off re-reads a record)",
+        "shardlog/local/kinesis_fidelity.py",
+        "start = bisect.bisect_right(numbers, last)",
+        "start = bisect.bisect_left(numbers, last)",
+        ("tests/functional/local/test_kinesis_fidelity.py",),
+    ),
+    Mutation(
+        "wake-group-held-back",
+        "the local wake queue's event source holding back a message group's later messages "
+        "behind a failed one (FIFO order per partition)",
+        "shardlog/local/event_sources.py",
+        "                if not self._invoke(handler, messages[start : start + self.batch_size]):\n"
+        "                    return",
+        "                if not self._invoke(handler, messages[start : start + self.batch_size]):\n"
+        "                    continue",
+        ("tests/functional/local/test_event_sources.py",),
+    ),
 )
 
 

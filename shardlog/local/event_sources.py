@@ -5,7 +5,12 @@ shape and the semantics shardlog relies on.
 - ``SqsEventSource``: receive up to ``batch_size`` messages, invoke, delete what
   succeeded (honouring ``batchItemFailures`` by messageId); a failure leaves its message
   to reappear after the visibility timeout, as Lambda does. On a FIFO queue, SQS itself
-  keeps one message group in flight at a time.
+  keeps one message group in flight at a time. Given more than one handler (``handlers``:
+  one per execution environment, as Lambda keeps them), ``run`` invokes up to that many at
+  once, each on messages of one message group, in their order: Lambda's event source for a
+  FIFO queue scales out to the queue's active message groups the same way, while each group
+  stays in order (a failed message holds back the rest of its group's received messages,
+  which reappear with it).
 - ``DynamoDbStreamSource``: read every shard of a table's stream from LATEST (as a new
   event source mapping does) and invoke with the records, in order; a failed batch is
   retried until it succeeds (Lambda's default for streams).
@@ -16,8 +21,10 @@ shape and the semantics shardlog relies on.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from shardlog import constants as C
@@ -41,7 +48,11 @@ class SqsEventSource:
         visibility_timeout_s: int = 60,
         timeout_ms: int = 900_000,
         clock: Clock | None = None,
+        handlers: Sequence[Handler] = (),
     ) -> None:
+        """``handlers``: more execution environments beside ``handler`` (``run`` invokes up to
+        ``1 + len(handlers)`` at once, one message group each; ``poll_once`` uses
+        ``handler``)."""
         self.sqs = clients.client("sqs")
         self.queue_url = queue_url
         self.queue_arn = self.sqs.get_queue_attributes(
@@ -54,34 +65,52 @@ class SqsEventSource:
         self.timeout_ms = timeout_ms
         self.region = clients.region
         self.clock = clock or SystemClock()
+        self.concurrency = 1 + len(handlers)
+        self._more_handlers = list(handlers)
+        self._environments: queue.SimpleQueue[Handler] = queue.SimpleQueue()
+        self._counts = threading.Lock()
         self.invocations = 0
         self.failures = 0
 
+    def wrap(self, wrapper: Callable[[Handler], Handler]) -> None:
+        """Wrap every execution environment's handler (a benchmark's timing); before ``run``."""
+        self.handler = wrapper(self.handler)
+        self._more_handlers = [wrapper(h) for h in self._more_handlers]
+
     def poll_once(self) -> int:
         """One receive and one invocation. Returns the messages it got."""
+        messages = self._receive(self.batch_size)
+        if messages:
+            self._invoke(self.handler, messages)
+        return len(messages)
+
+    def _receive(self, count: int) -> list[dict[str, Any]]:
         response = self.sqs.receive_message(
             QueueUrl=self.queue_url,
-            MaxNumberOfMessages=self.batch_size,
+            MaxNumberOfMessages=count,
             VisibilityTimeout=self.visibility_timeout_s,
             AttributeNames=["All"],
             WaitTimeSeconds=0,
         )
-        messages = response.get("Messages", [])
-        if not messages:
-            return 0
+        return list(response.get("Messages", []))
+
+    def _invoke(self, handler: Handler, messages: list[dict[str, Any]]) -> bool:
+        """One invocation; deletes what succeeded. True when every message did."""
         event = {"Records": [self._record(m) for m in messages]}
         context = LambdaContext(
             self.function_name, region=self.region, timeout_ms=self.timeout_ms, clock=self.clock
         )
-        self.invocations += 1
+        with self._counts:
+            self.invocations += 1
         try:
-            answer = self.handler(event, context) or {}
+            answer = handler(event, context) or {}
             failed = {f.get("itemIdentifier") for f in answer.get("batchItemFailures") or []}
         except Exception:
             logger.exception("%s failed; its messages will be received again", self.function_name)
             failed = {m["MessageId"] for m in messages}
         if failed:
-            self.failures += 1
+            with self._counts:
+                self.failures += 1
         done = [m for m in messages if m["MessageId"] not in failed]
         if done:
             self.sqs.delete_message_batch(
@@ -90,7 +119,19 @@ class SqsEventSource:
                     {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)
                 ],
             )
-        return len(messages)
+        return not failed
+
+    def _invoke_group(self, messages: list[dict[str, Any]]) -> None:
+        """One message group's received messages, ``batch_size`` per invocation, in order, in
+        an execution environment of the pool; the first failure holds back the rest (not
+        deleted, they reappear after the visibility timeout, behind the failed one)."""
+        handler = self._environments.get()
+        try:
+            for start in range(0, len(messages), self.batch_size):
+                if not self._invoke(handler, messages[start : start + self.batch_size]):
+                    return
+        finally:
+            self._environments.put(handler)
 
     def _record(self, message: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -116,9 +157,44 @@ class SqsEventSource:
         return total
 
     def run(self, stop: threading.Event, idle_sleep_s: float = 0.05) -> None:
-        while not stop.is_set():
-            if self.poll_once() == 0:
-                stop.wait(idle_sleep_s)
+        if self.concurrency == 1:
+            while not stop.is_set():
+                if self.poll_once() == 0:
+                    stop.wait(idle_sleep_s)
+            return
+        for environment in (self.handler, *self._more_handlers):
+            self._environments.put(environment)
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.function_name) as pool:
+            running: set[Future[None]] = set()
+            while not stop.is_set():
+                running = {f for f in running if not f.done()}
+                free = self.concurrency - len(running)
+                # At most one message group per free environment: SQS returns no message of
+                # a group with one in flight, so a group never runs in two at once.
+                messages = self._receive(min(free, MAX_RECEIVE)) if free else []
+                for group in _by_message_group(messages):  # at most `free` groups
+                    running.add(pool.submit(self._invoke_group, group))
+                if messages and len(running) < self.concurrency:
+                    continue
+                if running:
+                    _, pending = wait(running, timeout=idle_sleep_s, return_when=FIRST_COMPLETED)
+                    running = set(pending)
+                else:
+                    stop.wait(idle_sleep_s)
+            wait(running)
+
+
+MAX_RECEIVE = 10  # SQS's most messages per ReceiveMessage
+
+
+def _by_message_group(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Received messages by message group, each group's in the order SQS gave them (a
+    standard queue's message is a group of its own)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for message in messages:
+        key = message.get("Attributes", {}).get("MessageGroupId") or message["MessageId"]
+        groups.setdefault(key, []).append(message)
+    return list(groups.values())
 
 
 class DynamoDbStreamSource:

@@ -38,6 +38,10 @@ Function = Callable[[dict[str, Any], Any], Any]
 RUNNER_TIMEOUT_MS = C.LAMBDA_CONSUMER_RUNNER_TIMEOUT_S * 1000
 WAKE_VISIBILITY_TIMEOUT_S = C.LAMBDA_CONSUMER_RUNNER_TIMEOUT_S + 60
 DEFAULT_SWEEP_INTERVAL_MS = C.LAMBDA_CONSUMER_SWEEP_RATE_MINUTES * 60_000
+# Runners of one group at once, one partition each. On AWS the wake queue's event source runs
+# one runner per message group (partition) with wakes, as many as there are; here up to this
+# many, each its own execution environment (one ReceiveMessage fills them all).
+RUNNER_ENVIRONMENTS = 10
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ class LocalLambdaConsumers:
         *,
         clock: Clock | None = None,
         sweep_interval_ms: int = DEFAULT_SWEEP_INTERVAL_MS,
+        runner_environments: int = RUNNER_ENVIRONMENTS,
     ) -> None:
         names = [g.settings.group for g in groups]
         if len(set(names)) != len(names):
@@ -162,6 +167,7 @@ class LocalLambdaConsumers:
         self.groups = list(groups)
         self.clock = clock or SystemClock()
         self.sweep_interval_ms = sweep_interval_ms
+        self.runner_environments = max(1, runner_environments)
         self.wake_queues: dict[str, str] = {}
         self.wake_dlqs: dict[str, str] = {}
         self.failure_queues: dict[str, str] = {}
@@ -209,13 +215,16 @@ class LocalLambdaConsumers:
                     runner, group.settings.function_name, self.config.endpoint_url or ""
                 ),
             )
-            handler = create_runner(
-                settings, self.config.clients(runner), self.clock, invoker=invoker
-            )
+            clients = self.config.clients(runner)  # boto3's clients are safe for threads
+            handlers = [
+                create_runner(settings, clients, self.clock, invoker=invoker)
+                for _ in range(self.runner_environments)
+            ]
             self.sources[name] = SqsEventSource(
-                self.config.clients(runner),
+                clients,
                 self.wake_queues[name],
-                handler,
+                handlers[0],
+                handlers=handlers[1:],
                 function_name=f"shardlog-consumer-{_safe(name)}",
                 batch_size=C.LAMBDA_CONSUMER_WAKE_BATCH_SIZE,
                 visibility_timeout_s=WAKE_VISIBILITY_TIMEOUT_S,

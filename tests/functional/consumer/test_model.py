@@ -323,4 +323,4 @@ class ConsumerMachine(RuleBasedStateMachine):
 
 
 def test_consumer_groups_model(endpoint_url: str) -> None:
-    run_model(ConsumerMachine, endpoint_url, TALLY, MUST_REACH, examples=10, steps=30)
+    run_model(ConsumerMachine, endpoint_url, TALLY, MUST_REACH, examples=6, steps=30)

@@ -560,4 +560,4 @@ def _merged(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
 
 
 def test_idempotence_model(endpoint_url: str) -> None:
-    run_model(IdempotenceMachine, endpoint_url, TALLY, MUST_REACH, examples=10, steps=25)
+    run_model(IdempotenceMachine, endpoint_url, TALLY, MUST_REACH, examples=8, steps=25)

@@ -467,4 +467,4 @@ class WritePathMachine(RuleBasedStateMachine):
 
 
 def test_write_path_model(endpoint_url: str) -> None:
-    run_model(WritePathMachine, endpoint_url, TALLY, MUST_REACH, examples=16, steps=30)
+    run_model(WritePathMachine, endpoint_url, TALLY, MUST_REACH, examples=10, steps=30)

@@ -625,4 +625,4 @@ class TableFiles:
 
 
 def test_lake_model(endpoint_url: str) -> None:
-    run_model(LakeMachine, endpoint_url, TALLY, MUST_REACH, examples=9, steps=11)
+    run_model(LakeMachine, endpoint_url, TALLY, MUST_REACH, examples=6, steps=11)

@@ -187,8 +187,8 @@ class LambdaConsumerLanesModel(LambdaConsumerModel):
 
 
 def test_lambda_consumer_model(endpoint_url: str) -> None:
-    run_model(LambdaConsumerModel, endpoint_url, TALLY, MUST_REACH, examples=20, steps=16)
+    run_model(LambdaConsumerModel, endpoint_url, TALLY, MUST_REACH, examples=10, steps=16)
 
 
 def test_lambda_consumer_lanes_model(endpoint_url: str) -> None:
-    run_model(LambdaConsumerLanesModel, endpoint_url, TALLY, LANES_MUST_REACH, examples=8, steps=16)
+    run_model(LambdaConsumerLanesModel, endpoint_url, TALLY, LANES_MUST_REACH, examples=5, steps=16)

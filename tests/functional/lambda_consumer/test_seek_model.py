@@ -191,4 +191,4 @@ class SeekModel(SplittingGroupModel):
 
 
 def test_seek_model(endpoint_url: str) -> None:
-    run_model(SeekModel, endpoint_url, TALLY, MUST_REACH, examples=10, steps=16)
+    run_model(SeekModel, endpoint_url, TALLY, MUST_REACH, examples=8, steps=16)

@@ -148,3 +148,131 @@ def test_resharding_a_closed_shard_is_refused(aws: AwsEnv) -> None:
         aws.clients.kinesis.split_shard(
             StreamName=aws.config.stream_name, ShardToSplit=parent, NewStartingHashKey="20"
         )
+
+
+def _raw(aws: AwsEnv, action: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The JSON the embedded Kinesis answers, as the wire carries it (no SDK parsing)."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{aws.config.endpoint_url}/",
+        data=json.dumps(body).encode(),
+        headers={
+            "Content-Type": "application/x-amz-json-1.1",
+            "X-Amz-Target": f"Kinesis_20131202.{action}",
+            "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20261126/us-east-1/kinesis/"
+            "aws4_request, SignedHeaders=host, Signature=x",
+        },
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        result: dict[str, Any] = json.loads(answer.read())
+        return result
+
+
+def test_get_records_and_put_records_answer_as_kinesis_does(aws: AwsEnv) -> None:
+    """PutRecords' and GetRecords' JSON, written directly: Kinesis's members, Data as put
+    (base64), the arrival time in epoch seconds at millisecond precision."""
+    import base64
+
+    put = _raw(
+        aws,
+        "PutRecords",
+        {
+            "StreamName": aws.config.stream_name,
+            "Records": [
+                {
+                    "PartitionKey": "a",
+                    "Data": base64.b64encode(b"one").decode(),
+                    "ExplicitHashKey": "5",
+                },
+                {
+                    "PartitionKey": "b",
+                    "Data": base64.b64encode(b"\x00\xff").decode(),
+                    "ExplicitHashKey": "5",
+                },
+            ],
+        },
+    )
+    assert put["FailedRecordCount"] == 0
+    assert [set(r) for r in put["Records"]] == [{"SequenceNumber", "ShardId"}] * 2
+    shard_id = put["Records"][0]["ShardId"]
+    iterator = aws.clients.kinesis.get_shard_iterator(
+        StreamName=aws.config.stream_name, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    got = _raw(aws, "GetRecords", {"ShardIterator": iterator, "Limit": 10})
+    assert set(got) == {"Records", "NextShardIterator", "MillisBehindLatest"}
+    assert [set(r) for r in got["Records"]] == [
+        {"SequenceNumber", "ApproximateArrivalTimestamp", "Data", "PartitionKey"}
+    ] * 2
+    assert [base64.b64decode(r["Data"]) for r in got["Records"]] == [b"one", b"\x00\xff"]
+    assert [r["SequenceNumber"] for r in got["Records"]] == [
+        r["SequenceNumber"] for r in put["Records"]
+    ]
+    stamp = got["Records"][0]["ApproximateArrivalTimestamp"]
+    assert isinstance(stamp, int | float) and round(stamp * 1000) == stamp * 1000
+    # and the SDK reads it as it reads Kinesis
+    parsed = aws.clients.kinesis.get_records(ShardIterator=iterator, Limit=10)["Records"]
+    assert [r["Data"] for r in parsed] == [b"one", b"\x00\xff"]
+    assert parsed[0]["ApproximateArrivalTimestamp"].timestamp() == pytest.approx(stamp)
+
+
+def test_get_records_pages_from_any_position_with_a_limit(aws: AwsEnv) -> None:
+    """Found by bisection, each page starts right after the last record read, at most Limit
+    records, and the last page reads nothing more; AT/AFTER_SEQUENCE_NUMBER start exactly."""
+    shard_id = _put(aws, "k", b"0", hash_key="5")["ShardId"]
+    numbers = [
+        int(_put(aws, "k", f"{i}".encode(), hash_key="5")["SequenceNumber"]) for i in range(1, 12)
+    ]
+    kinesis = aws.clients.kinesis
+    records, _ = _read_all(aws, shard_id)
+    assert [r["Data"] for r in records] == [f"{i}".encode() for i in range(12)]
+    for kind, at, first in (("AT_SEQUENCE_NUMBER", 3, 4), ("AFTER_SEQUENCE_NUMBER", 3, 5)):
+        iterator = kinesis.get_shard_iterator(
+            StreamName=aws.config.stream_name,
+            ShardId=shard_id,
+            ShardIteratorType=kind,
+            StartingSequenceNumber=str(numbers[at]),
+        )["ShardIterator"]
+        pages = []
+        for _ in range(10):
+            page = kinesis.get_records(ShardIterator=iterator, Limit=3)
+            if not page["Records"]:
+                break
+            pages.append([int(r["Data"]) for r in page["Records"]])
+            iterator = page["NextShardIterator"]
+        assert pages[0] == [first, first + 1, first + 2]
+        assert [d for p in pages for d in p] == list(range(first, 12))
+        assert all(len(p) <= 3 for p in pages)
+
+
+def test_reads_beside_concurrent_puts_see_every_record_once_in_order(aws: AwsEnv) -> None:
+    """GetRecords reads a shard while puts append to it (moto iterated the records a put
+    changed: 'OrderedDict mutated during iteration')."""
+    shard_id = _put(aws, "k", b"-1", hash_key="5")["ShardId"]
+    done = threading.Event()
+
+    def produce() -> None:
+        clients = aws.fresh_clients()
+        for i in range(300):
+            clients.kinesis.put_records(
+                StreamName=aws.config.stream_name,
+                Records=[{"PartitionKey": "k", "Data": f"{i}".encode(), "ExplicitHashKey": "5"}],
+            )
+        done.set()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    kinesis = aws.fresh_clients().kinesis
+    iterator = kinesis.get_shard_iterator(
+        StreamName=aws.config.stream_name, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    seen: list[int] = []
+    for _ in range(5_000):
+        page = kinesis.get_records(ShardIterator=iterator, Limit=7)
+        seen += [int(r["Data"]) for r in page["Records"]]
+        iterator = page["NextShardIterator"]
+        if done.is_set() and not page["Records"] and len(seen) == 301:
+            break
+    producer.join(timeout=60)
+    assert seen == list(range(-1, 300))
