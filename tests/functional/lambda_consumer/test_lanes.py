@@ -161,8 +161,11 @@ def test_a_failing_lane_holds_the_checkpoint_while_the_other_lanes_deliver(
     fail_stuck = [True]
 
     def answer(batch: list[Seen]) -> Any:
-        lowest_not_done = min(set(range(10)) - succeeded, default=10)
+        # The checkpoint first: another lane may succeed (and the runner store a checkpoint
+        # past it) while this one reads; read in the other order, that lane's success would
+        # look like a checkpoint past a record not done.
         checkpoint = stored_checkpoint(aws, "billing", P)
+        lowest_not_done = min(set(range(10)) - succeeded, default=10)
         if checkpoint is not None and int(checkpoint) > lowest_not_done:
             passed.append((checkpoint, lowest_not_done))
         if fail_stuck[0] and batch[0].key == stuck:
