@@ -46,14 +46,22 @@ format: $(STAMP)
 # those that share the local SparkSession, stay on one worker each (tests/conftest.py).
 # spark-archive and lambda-runtime: the tests that run the Spark jobs and the Lambda handlers
 # as shipped (docs/DEPLOY.md, "What is proven before you deploy"); both cached in build/.
-# What the tests need is made side by side (downloads overlap lint's CPU), each one's output
-# kept together.
-TEST_NEEDS := lint cdk-cli kclpy spark-archive lambda-runtime browser
+# What the tests need is made side by side (downloads overlap), each one's output kept
+# together. lint runs beside the tests, niced: the tests leave about a quarter of two cores
+# idle (they wait on spark-submit, the CDK CLI, the browser), which a cold mypy (about 2 min
+# of CPU) fills instead of delaying them; its output follows theirs and either failing fails.
+TEST_NEEDS := cdk-cli kclpy spark-archive lambda-runtime browser
+PYTEST_WORKERS ?= 2
 # --durations=25: every run's log names its slowest tests (docs/TESTING.md, "Where the time
 # goes").
 test:
 	$(MAKE) --no-print-directory -j 3 --output-sync=target $(TEST_NEEDS)
-	$(BIN)/pytest -n 2 --dist loadgroup --durations=25
+	@mkdir -p build
+	@echo "make lint runs beside the tests, its output after theirs (build/lint.log)"
+	@(nice -n 10 $(MAKE) --no-print-directory lint > build/lint.log 2>&1; echo $$? > build/lint.rc) & \
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25; tests=$$?; wait; \
+	echo "--- make lint ---"; cat build/lint.log; lint=$$(cat build/lint.rc); \
+	test $$tests = 0 && test $$lint = 0
 
 bench: $(STAMP)
 	$(BIN)/python bench/speed.py
