@@ -1130,7 +1130,7 @@ MUTATIONS = (
         "server-process-stderr-tail",
         "a child that fails to start reported with the end of its stderr (why it failed)",
         "shardlog/local/server_process.py",
-        'said = f"; its stderr ended with:\n{tail}" if tail else "; it wrote nothing on stderr"',
+        'said = f"; its stderr ended with:\\n{tail}" if tail else "; it wrote nothing on stderr"',
         'said = "; it wrote nothing on stderr"',
         ("tests/functional/local/test_server_process.py",),
     ),
