@@ -27,6 +27,7 @@ from shardlog.local import (
     event_source_mappings,
     expressions,
     glue_fidelity,
+    http_server,
     kinesis_fidelity,
     transactions,
 )
@@ -43,6 +44,7 @@ def apply_fidelity() -> None:
     cloudformation.apply()  # the stack's EMR application, Glue database, Athena workgroup
     event_source_mappings.apply()  # mappings leave streams and queues to the local sources
     glue_fidelity.apply()  # UpdateTable honours VersionId: Iceberg's optimistic lock
+    http_server.remember_action_names()  # moto lists a class's methods on every request
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
 
 
