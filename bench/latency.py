@@ -22,6 +22,10 @@ Per record it measures, from the start of the PutRecords call that put it:
   Lambda functions with compute of their own); ``--consumers lambda-in-process`` runs them
   in the runtime's process instead, as `local up --lambda-consumer` does.
 
+The embedded AWS's server runs in a process of its own, as `shardlog local up` runs it
+(``--embedded-aws in-process``: in the runtime's process, sharing its interpreter lock with
+the ingest poller and handler and the in-process consumers, as before 2026-11-27).
+
 Each run produces for a warm-up (``--warmup-seconds``, 3 s) before the timed records: by then
 the ingest has committed and a worker has delivered on every partition, so it busy-polls as
 under a steady stream. The warm-up's records are checked like the rest and their latency is
@@ -39,7 +43,8 @@ shard takes at most 1,000 records/s).
 With ``--stages`` a run also shows where its time went (bench/latency_stages.py): for a
 Lambda consumer, each record's produce -> committed -> wake sent -> run started -> invoked,
 the runs and the wake queue's wait; for every run, the CPU of each thread of this process
-(the interpreter lock lets its Python code use one core at most). ``--profile-runner PATH``
+(the interpreter lock lets its Python code use one core at most), and the CPU of the embedded
+AWS's process and of the Lambda consumer's. ``--profile-runner PATH``
 writes a cProfile of the Lambda consumer's runner thread (``python -m pstats PATH``).
 
 Exits non-zero unless every produced record was committed exactly once and delivered to
@@ -47,6 +52,7 @@ every consumer. The last line is `p99 produce-to-committed at 1000 records/s: <N
 (default window). Usage:
 python bench/latency.py [--quick] [--rates 100,1000,5000] [--seconds S] [--json PATH]
     [--consumers worker,lambda] [--stages] [--profile-runner PATH]
+    [--embedded-aws process|in-process] [--producer process|in-process]
 """
 
 from __future__ import annotations
