@@ -4,8 +4,8 @@ shardlog's resources.
 Every component talks to it over HTTP through boto3 with ``endpoint_url``, the
 same code paths as against AWS. The server runs in this process (``EmbeddedAWS``: tests
 that read moto's state or record requests in memory need that), or in a process of its own
-(``embedded_aws(process=True)``, ``shardlog.local.server_process``: its interpreter lock
-is then its own, not the runtime's). ``resource_specs`` is what gets created; the
+(``shardlog.local.server_process.EmbeddedAWSProcess``: its interpreter lock is then its
+own, not the runtime's). ``resource_specs`` is what gets created; the
 CDK parity test compares it with the synthesized template.
 """
 
@@ -60,16 +60,6 @@ class EmbeddedServer(Protocol):
     def endpoint_url(self) -> str: ...
 
     def stop(self) -> None: ...
-
-
-def embedded_aws(port: int = 0, *, process: bool = False) -> EmbeddedServer:
-    """The embedded AWS on ``port`` (0: a free one): in this process, or (``process``) in a
-    child process of its own (``shardlog.local.server_process``)."""
-    if process:
-        from shardlog.local.server_process import EmbeddedAWSProcess
-
-        return EmbeddedAWSProcess(port=port)
-    return EmbeddedAWS(port=port)
 
 
 class EmbeddedAWS:

@@ -21,12 +21,13 @@ from shardlog.format import Compression
 from shardlog.lake.settings import LakeSettings
 from shardlog.local import principals
 from shardlog.local.checkout import require_checkout
-from shardlog.local.embedded import EmbeddedServer, embedded_aws, provision
+from shardlog.local.embedded import EmbeddedServer, provision
 from shardlog.local.http_api import LocalApiServer
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
 from shardlog.local.lifecycle import expire_now, put_rule
 from shardlog.local.poller import EventSourcePoller, EventSourceSettings
 from shardlog.local.quiet import quiet_powertools
+from shardlog.local.server_process import embedded_aws
 from shardlog.retention import PartitionTrim, RetentionPolicy, Trimmer, expiry_rule
 from shardlog.shardsync import ShardSync
 from shardlog.tables import Tables

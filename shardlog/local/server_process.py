@@ -56,6 +56,7 @@ from typing import IO
 
 from shardlog.exceptions import PortInUseError, ShardlogError
 from shardlog.local import request_log
+from shardlog.local.embedded import EmbeddedAWS, EmbeddedServer
 from shardlog.local.ports import EMBEDDED_AWS
 
 START_TIMEOUT_S = 60.0  # importing moto and binding takes 2 to 3 s on an idle core
@@ -63,6 +64,12 @@ STOP_TIMEOUT_S = 10.0  # then SIGTERM, then SIGKILL, each with this bound
 HEALTH_PATH = "/moto-api/"  # moto's dashboard: no state read, no state changed
 STDERR_TAIL_LINES = 40
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding shardlog/
+
+
+def embedded_aws(port: int = 0, *, process: bool = False) -> EmbeddedServer:
+    """The embedded AWS on ``port`` (0: a free one): in this process, or (``process``) in a
+    child process of its own."""
+    return EmbeddedAWSProcess(port=port) if process else EmbeddedAWS(port=port)
 
 
 class EmbeddedAWSStartError(ShardlogError):
@@ -230,8 +237,6 @@ class _StderrRelay:
 
 def serve(host: str, port: int, stdin: IO[bytes], stdout: IO[str]) -> int:
     """The child: serve until ``stdin`` ends. Returns the exit code."""
-    from shardlog.local.embedded import EmbeddedAWS
-
     aws = EmbeddedAWS(port=port, host=host)
     try:
         aws.start()
