@@ -22,6 +22,10 @@ Per record it measures, from the start of the PutRecords call that put it:
   Lambda functions with compute of their own); ``--consumers lambda-in-process`` runs them
   in the runtime's process instead, as `local up --lambda-consumer` does.
 
+The embedded AWS's server runs in a process of its own, as `shardlog local up` runs it
+(``--embedded-aws in-process``: in the runtime's process, sharing its interpreter lock with
+the ingest poller and handler and the in-process consumers, as before 2026-11-27).
+
 Each run produces for a warm-up (``--warmup-seconds``, 3 s) before the timed records: by then
 the ingest has committed and a worker has delivered on every partition, so it busy-polls as
 under a steady stream. The warm-up's records are checked like the rest and their latency is
@@ -39,7 +43,8 @@ shard takes at most 1,000 records/s).
 With ``--stages`` a run also shows where its time went (bench/latency_stages.py): for a
 Lambda consumer, each record's produce -> committed -> wake sent -> run started -> invoked,
 the runs and the wake queue's wait; for every run, the CPU of each thread of this process
-(the interpreter lock lets its Python code use one core at most). ``--profile-runner PATH``
+(the interpreter lock lets its Python code use one core at most), and the CPU of the embedded
+AWS's process and of the Lambda consumer's. ``--profile-runner PATH``
 writes a cProfile of the Lambda consumer's runner thread (``python -m pstats PATH``).
 
 Exits non-zero unless every produced record was committed exactly once and delivered to
@@ -47,6 +52,7 @@ every consumer. The last line is `p99 produce-to-committed at 1000 records/s: <N
 (default window). Usage:
 python bench/latency.py [--quick] [--rates 100,1000,5000] [--seconds S] [--json PATH]
     [--consumers worker,lambda] [--stages] [--profile-runner PATH]
+    [--embedded-aws process|in-process] [--producer process|in-process]
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ from pathlib import Path
 from typing import Any
 
 import common  # first: the repository importable, Powertools quiet
-from latency_stages import LambdaStages, ThreadCpu, profiled
+from latency_stages import LambdaStages, ProcessCpu, ThreadCpu, profiled
 
 from shardlog import constants as C
 from shardlog.config import ShardlogConfig
@@ -409,6 +415,7 @@ def run_once(
     stages: bool = False,
     profile_runner: Path | None = None,
     producer_in_process: bool = False,
+    aws_process: bool = True,
 ) -> RunResult:
     """The ingest alone (``consumer`` None: produce-to-committed), or the ingest and one
     consumer (that consumer's path)."""
@@ -439,6 +446,7 @@ def run_once(
         api_port=None,
         event_source=EventSourceSettings(batching_window_ms=window_ms),
         lambda_consumers=lambda_groups,
+        aws_process=aws_process,
     )
     committed = Arrivals()
     worker_seen = Arrivals()
@@ -473,7 +481,11 @@ def run_once(
             if not wait_for(ready.is_set, 60):
                 stop.set()
                 raise SystemExit(f"the {consumer.label} was not ready within 60 s")
+        server_pid = getattr(runtime.aws, "pid", None)
+        server_cpu = ProcessCpu(server_pid, "the embedded AWS's process") if server_pid else None
         cpu.start()
+        if server_cpu is not None:
+            server_cpu.start()
         if producer_in_process:
             producer = Producer(runtime.config.stream_name, runtime.config.clients())
             started = time.monotonic()
@@ -486,6 +498,8 @@ def run_once(
                 context, runtime.config, rate, warmup_s + seconds, record_bytes, sent_at
             )
         cpu.stop()
+        if server_cpu is not None:
+            server_cpu.stop()
         in_process = [committed, *([lambda_seen] if with_lambda else [])]
         wait_for(
             lambda: (
@@ -520,7 +534,15 @@ def run_once(
             ingest_requests=runtime.ingest_requests.total,
             consumer=consumer.label if consumer is not None else "",
             errors=errors,
-            cpu=(cpu.summary() + (f"; its own process: {child_cpu}" if child_cpu else ""))
+            cpu="; ".join(
+                part
+                for part in (
+                    cpu.summary(),
+                    server_cpu.summary() if server_cpu is not None else "",
+                    f"the Lambda consumer's own process: {child_cpu}" if child_cpu else "",
+                )
+                if part
+            )
             if stages
             else "",
         )
@@ -676,6 +698,14 @@ def main(argv: list[str] | None = None) -> int:
         "runtime's process (as measured before 2026-11-27: its SDK work shared the embedded "
         "AWS's interpreter lock)",
     )
+    parser.add_argument(
+        "--embedded-aws",
+        choices=("process", "in-process"),
+        default="process",
+        help="the embedded AWS's server in a process of its own (default, as `local up` runs "
+        "it), or in the runtime's process (as measured before 2026-11-27 02:30 UTC: its "
+        "request threads shared the ingest's and the consumers' interpreter lock)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     seconds = args.seconds or (6.0 if args.quick else 20.0)
@@ -717,6 +747,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.stages,
                         args.profile_runner,
                         args.producer == "in-process",
+                        args.embedded_aws == "process",
                     )
                 )
     print(

@@ -227,6 +227,34 @@ class ThreadCpu:
         )
 
 
+class ProcessCpu:
+    """CPU seconds of another process (by pid) between ``start`` and ``stop``: the embedded
+    AWS's server when it runs in a process of its own."""
+
+    def __init__(self, pid: int, name: str) -> None:
+        self.pid, self.name = pid, name
+        self._cpu = self._wall = 0.0
+        self.cpu_s = self.wall_s = 0.0
+
+    def _sample(self) -> float:
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0  # the process ended, or no /proc
+        return (int(stat[11]) + int(stat[12])) / _TICKS  # utime, stime
+
+    def start(self) -> None:
+        self._cpu, self._wall = self._sample(), time.monotonic()
+
+    def stop(self) -> None:
+        self.cpu_s, self.wall_s = self._sample() - self._cpu, time.monotonic() - self._wall
+
+    def summary(self) -> str:
+        if not self.wall_s:
+            return ""
+        return f"{self.name} CPU {100 * self.cpu_s / self.wall_s:.0f}% of one core"
+
+
 def profiled(target: Callable[..., None], path: Path) -> Callable[..., None]:
     """``target`` run under cProfile in its own thread; the profile written to ``path``."""
 

@@ -1117,6 +1117,23 @@ MUTATIONS = (
         "                    continue",
         ("tests/functional/local/test_event_sources.py",),
     ),
+    Mutation(
+        "server-process-stdin-stop",
+        "the embedded AWS's own process ending when its stdin ends (its parent stops it or "
+        "dies): no orphan server",
+        "shardlog/local/server_process.py",
+        "while stdin.read(65536):",
+        "while stdin.read(65536) or not time.sleep(1):",
+        ("tests/functional/local/test_server_process.py",),
+    ),
+    Mutation(
+        "server-process-stderr-tail",
+        "a child that fails to start reported with the end of its stderr (why it failed)",
+        "shardlog/local/server_process.py",
+        'said = f"; its stderr ended with:\\n{tail}" if tail else "; it wrote nothing on stderr"',
+        'said = "; it wrote nothing on stderr"',
+        ("tests/functional/local/test_server_process.py",),
+    ),
 )
 
 

@@ -241,6 +241,16 @@ def local() -> None:
     help="Trim segments older than this many days once the lake and every consumer group "
     "have them (shardlog:recordRetentionDays; docs/DEPLOY.md). Default: keep forever.",
 )
+@click.option(
+    "--embedded-aws",
+    "embedded_aws",
+    type=click.Choice(["process", "in-process"]),
+    default="process",
+    show_default=True,
+    help="Where the embedded AWS's server runs: a child process of its own (its state and "
+    "interpreter lock apart from the ingest's and the consumers'; stopped with this command), "
+    "or this process.",
+)
 @click.pass_context
 def local_up(
     ctx: click.Context,
@@ -255,6 +265,7 @@ def local_up(
     console_port: int,
     lake_tables: list[dict[str, Any]] | None,
     record_retention_days: int | None,
+    embedded_aws: str,
 ) -> None:
     """Start the embedded AWS, the producer HTTP API, the console and any Lambda consumer
     groups on 127.0.0.1; ingest (and consume) until interrupted."""
@@ -283,6 +294,7 @@ def local_up(
             batch_size=ingest_batch_size, batching_window_ms=ingest_batching_window_ms
         ),
         retention=RetentionPolicy(record_retention_days) if record_retention_days else None,
+        aws_process=embedded_aws == "process",
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -1,14 +1,18 @@
-"""The embedded AWS: moto's server on 127.0.0.1, in-process, and shardlog's resources.
+"""The embedded AWS: moto's server on 127.0.0.1 with shardlog's fidelity patches, and
+shardlog's resources.
 
 Every component talks to it over HTTP through boto3 with ``endpoint_url``, the
-same code paths as against AWS. ``resource_specs`` is what gets created; the
+same code paths as against AWS. The server runs in this process (``EmbeddedAWS``: tests
+that read moto's state or record requests in memory need that), or in a process of its own
+(``shardlog.local.server_process.EmbeddedAWSProcess``: its interpreter lock is then its
+own, not the runtime's). ``resource_specs`` is what gets created; the
 CDK parity test compares it with the synthesized template.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -23,14 +27,44 @@ from shardlog.local import (
     event_source_mappings,
     expressions,
     glue_fidelity,
+    http_server,
     kinesis_fidelity,
     transactions,
 )
 
 
+def apply_fidelity() -> None:
+    """Patch moto's in-process backends where shardlog depends on AWS's behaviour
+    (idempotent): in the process that serves the embedded AWS, before its first request."""
+    kinesis_fidelity.apply()
+    conditional_writes.apply()
+    transactions.apply()  # a cancelled transaction undone in place, not by table copies
+    expressions.apply()  # update expressions parsed once, their sections counted once
+    emr_serverless.apply()  # job runs execute with a local spark-submit
+    cloudformation.apply()  # the stack's EMR application, Glue database, Athena workgroup
+    event_source_mappings.apply()  # mappings leave streams and queues to the local sources
+    glue_fidelity.apply()  # UpdateTable honours VersionId: Iceberg's optimistic lock
+    http_server.remember_action_names()  # moto lists a class's methods on every request
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+
+
+class EmbeddedServer(Protocol):
+    """The embedded AWS as the local runtime uses it, wherever its server runs."""
+
+    host: str
+    port: int
+
+    def start(self) -> str: ...
+
+    @property
+    def endpoint_url(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
 class EmbeddedAWS:
     """moto's server app (behind keep-alive connections, ``shardlog.local.http_server``)
-    with shardlog's fidelity patches applied."""
+    with shardlog's fidelity patches applied, in this process."""
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
         if host not in ("127.0.0.1", "localhost"):
@@ -42,15 +76,7 @@ class EmbeddedAWS:
     def start(self) -> str:
         from shardlog.local.http_server import KeepAliveMotoServer
 
-        kinesis_fidelity.apply()
-        conditional_writes.apply()
-        transactions.apply()  # a cancelled transaction undone in place, not by table copies
-        expressions.apply()  # update expressions parsed once, their sections counted once
-        emr_serverless.apply()  # job runs execute with a local spark-submit
-        cloudformation.apply()  # the stack's EMR application, Glue database, Athena workgroup
-        event_source_mappings.apply()  # mappings leave streams and queues to the local sources
-        glue_fidelity.apply()  # UpdateTable honours VersionId: Iceberg's optimistic lock
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+        apply_fidelity()
         self._server = KeepAliveMotoServer(self.host, self.port)
         self.port = self._server.start()
         return self.endpoint_url

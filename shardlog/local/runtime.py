@@ -1,7 +1,9 @@
 """The whole system on one machine: embedded AWS, ingest handler, poller, shard sync, the
 producer HTTP API, Lambda consumer groups and, with record retention set, the trim (the
 trimmer, then the bucket's lifecycle rules the embedded AWS does not run, both on the
-runtime's clock: ``trim_once``)."""
+runtime's clock: ``trim_once``). The embedded AWS's server runs in this process or, with
+``aws_process``, in a child process of its own (``shardlog.local.server_process``); the
+rest runs here either way and reaches it over HTTP."""
 
 from __future__ import annotations
 
@@ -19,12 +21,13 @@ from shardlog.format import Compression
 from shardlog.lake.settings import LakeSettings
 from shardlog.local import principals
 from shardlog.local.checkout import require_checkout
-from shardlog.local.embedded import EmbeddedAWS, provision
+from shardlog.local.embedded import EmbeddedServer, provision
 from shardlog.local.http_api import LocalApiServer
 from shardlog.local.lambda_consumers import LocalGroup, LocalLambdaConsumers
 from shardlog.local.lifecycle import expire_now, put_rule
 from shardlog.local.poller import EventSourcePoller, EventSourceSettings
 from shardlog.local.quiet import quiet_powertools
+from shardlog.local.server_process import embedded_aws
 from shardlog.retention import PartitionTrim, RetentionPolicy, Trimmer, expiry_rule
 from shardlog.shardsync import ShardSync
 from shardlog.tables import Tables
@@ -50,6 +53,9 @@ class LocalRuntime:
         lambda_consumers: Sequence[LocalGroup] = (),  # `--lambda-consumer GROUP=MODULE:FUNCTION`
         retention: RetentionPolicy | None = None,  # `--record-retention-days`; None: forever
         trim_interval_s: float = TRIM_INTERVAL_S,
+        # The embedded AWS's server in a child process of its own (`local up`'s default), or
+        # in this one (tests that read moto's state or record requests in memory).
+        aws_process: bool = False,
     ) -> None:
         self.retention = retention
         self.trim_interval_s = trim_interval_s
@@ -58,7 +64,7 @@ class LocalRuntime:
         self.api_port = api_port
         self.api: LocalApiServer | None = None
         self.base_config = config or ShardlogConfig()
-        self.aws = EmbeddedAWS(port=port)
+        self.aws: EmbeddedServer = embedded_aws(port, process=aws_process)
         self.shard_count = shard_count
         self.event_source = event_source or EventSourceSettings()
         self.segment_max_records = segment_max_records

@@ -9,11 +9,16 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import moto.core.utils as moto_utils
 import pytest
 from botocore.exceptions import EndpointConnectionError
+from moto.core import responses as moto_responses
+from moto.dynamodb.responses import DynamoHandler
+from moto.kinesis.responses import KinesisResponse
+from moto.sqs.responses import SQSResponse
 
 from shardlog.config import ShardlogConfig
-from shardlog.local.http_server import KeepAliveMotoServer
+from shardlog.local.http_server import KeepAliveMotoServer, remember_action_names
 
 
 @pytest.fixture
@@ -144,3 +149,15 @@ def test_an_app_failure_is_a_500_and_the_connection_closes() -> None:
     assert response.status == 500
     assert b"embedded AWS failed" in body
     assert response.headers["Connection"] == "close"
+
+
+def test_action_names_are_moto_s_listed_once_per_class() -> None:
+    remember_action_names()
+    remember_action_names()  # idempotent: one cache, not a cache of a cache
+    remembered = moto_responses.method_names_from_class
+    assert remembered.__wrapped__ is moto_utils.method_names_from_class  # type: ignore[attr-defined]
+    for cls in (DynamoHandler, KinesisResponse, SQSResponse):
+        assert remembered(cls) == moto_utils.method_names_from_class(cls)
+    hits = remembered.cache_info().hits  # type: ignore[attr-defined]
+    remembered(DynamoHandler)
+    assert remembered.cache_info().hits == hits + 1  # type: ignore[attr-defined]

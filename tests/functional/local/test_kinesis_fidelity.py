@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 from typing import Any
 
+import moto.core.utils as moto_utils
 import pytest
 from botocore.exceptions import ClientError
 
 from shardlog.hashing import hash_key
+from shardlog.local import kinesis_fidelity
 from shardlog.shardsync import list_shards
 from tests.support.aws import AwsEnv
 
@@ -276,3 +279,25 @@ def test_reads_beside_concurrent_puts_see_every_record_once_in_order(aws: AwsEnv
             break
     producer.join(timeout=60)
     assert seen == list(range(-1, 300))
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime.datetime(1970, 1, 1),
+        datetime.datetime(2026, 11, 27, 2, 59, 59, 999_999),
+        datetime.datetime(2038, 1, 19, 3, 14, 8, 1),
+        datetime.datetime(1969, 12, 31, 23, 59, 59, 500_000),
+    ],
+)
+def test_a_records_arrival_time_is_the_same_number_as_motos(moment: datetime.datetime) -> None:
+    assert kinesis_fidelity._unix_time(moment) == moto_utils.unix_time(moment)
+
+
+def test_arrival_times_are_the_put_time(aws: AwsEnv) -> None:
+    before = datetime.datetime.now(datetime.UTC).timestamp()
+    shard_id = _put(aws, "k")["ShardId"]
+    after = datetime.datetime.now(datetime.UTC).timestamp()
+    (record,), _ = _read_all(aws, shard_id)
+    arrival = record["ApproximateArrivalTimestamp"].timestamp()
+    assert before - 0.001 <= arrival <= after + 0.001  # the answer has millisecond precision
