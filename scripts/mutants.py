@@ -849,6 +849,24 @@ MUTATIONS = (
         ("tests/unit/test_typed_check.py", *TYPED_COMPACTION),
     ),
     Mutation(
+        "typed-parse-once",
+        "the typed parse reading each object level's JSON once per record (each read a "
+        "column of its own projection, not inlined into every use)",
+        "shardlog/spark/payloads.py",
+        "        self.depths[depth][name] = read\n        return F.col(name)",
+        "        self.depths[depth][name] = read\n        return read",
+        ("tests/spark/test_typed_payloads.py",),
+    ),
+    Mutation(
+        "typed-marks-default",
+        "typed compaction's dead-letter watermark of a partition it has none for: 0, so "
+        "every refused record of that partition goes to the dead-letter table",
+        "shardlog/spark/typed.py",
+        "return pc.fill_null(pc.take(marks, index), 0)",
+        "return pc.fill_null(pc.take(marks, index), 2**62)",
+        TYPED_COMPACTION,
+    ),
+    Mutation(
         "volume-claim",
         "compaction by volume claiming each threshold crossing before it starts a run",
         "shardlog/spark/volume.py",

@@ -10,6 +10,7 @@ AWS reads this configuration without starting a JVM.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,13 +61,14 @@ def local_environment(python: str) -> dict[str, str]:
     }
 
 
-def local_session(app_name: str) -> SparkSession:
-    """A local-mode session in this process (``local_conf``), logging errors only. Set
-    ``local_environment`` in ``os.environ`` first: the JVM reads it when it starts."""
+def local_session(app_name: str, overrides: Mapping[str, str] | None = None) -> SparkSession:
+    """A local-mode session in this process (``local_conf``, with ``overrides``), logging
+    errors only. Set ``local_environment`` in ``os.environ`` first: the JVM reads it when it
+    starts."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(LOCAL_MASTER).appName(app_name)
-    for key, value in local_conf().items():
+    for key, value in {**local_conf(), **(overrides or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

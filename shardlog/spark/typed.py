@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import io
 import itertools
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -209,8 +208,11 @@ class TypedWriter:
         )
 
     def _marks(self, rows: pa.Table) -> pa.Array:
-        marks = [self.rejected_marks.get(p, 0) for p in rows.column("partition_id").to_pylist()]
-        return pa.array(marks, pa.int64())
+        """Each row's partition's ``rejected_marks`` (0 for a partition without one)."""
+        known = sorted(self.rejected_marks)
+        marks = pa.array([self.rejected_marks[p] for p in known], pa.int64())
+        index = pc.index_in(rows.column("partition_id"), value_set=pa.array(known, pa.string()))
+        return pc.fill_null(pc.take(marks, index), 0)
 
 
 def _rejected_rows(rows: pa.Table) -> pa.Table:
@@ -222,15 +224,14 @@ def _rejected_rows(rows: pa.Table) -> pa.Table:
 
 def _counts(rows: pa.Table, kind: str) -> list[dict[str, Any]]:
     """Per partition: how many rows, and their lowest and highest seq."""
-    seqs: dict[str, list[int]] = defaultdict(list)
-    for pid, seq in zip(
-        rows.column("partition_id").to_pylist(), rows.column("seq").to_pylist(), strict=True
-    ):
-        seqs[pid].append(seq)
+    groups = rows.group_by("partition_id").aggregate(
+        [([], "count_all"), ("seq", "min"), ("seq", "max")]
+    )
     return [
-        {"kind": kind, "file_key": "", "partition_id": p, "records": len(s), "bytes": 0,
-         "first_seq": min(s), "last_seq": max(s)}
-        for p, s in sorted(seqs.items())
+        {"kind": kind, "file_key": "", "partition_id": g["partition_id"],
+         "records": g["count_all"], "bytes": 0, "first_seq": g["seq_min"],
+         "last_seq": g["seq_max"]}
+        for g in sorted(groups.to_pylist(), key=lambda g: g["partition_id"])
     ]  # fmt: skip
 
 

@@ -254,3 +254,16 @@ def test_the_typed_tables_spark_schema_is_its_declared_one(spark: Any) -> None:
     StructType, column for column."""
     schema = ORDERS.typed_schema()
     assert spark.createDataFrame([], schema.spark_ddl()).schema == schema.spark_struct()
+
+
+def test_each_object_level_is_read_once_per_record(spark: Any) -> None:
+    """The optimized plan parses each object level's text twice (the map of its properties,
+    the strict struct), whatever the number of properties or errors; the per-property reads
+    of a suspect record sit in a branch of their own. Inline, Spark's optimizer splits the
+    strict read into one parse per property and evaluates the error twice over."""
+    parsed = parse_payloads(records(spark, [json.dumps(GOOD).encode()]), ORDERS)
+    plan = parsed._jdf.queryExecution().optimizedPlan().toString()
+    levels = 2  # the payload and its nested object "address"
+    alone = sum(1 for p in ORDERS.payload.properties.values() if p.type != "object") + 2
+    assert plan.count("from_json(MapType") == levels
+    assert plan.count("from_json(") == 2 * levels + alone  # alone: a branch each, suspects only
