@@ -858,6 +858,15 @@ MUTATIONS = (
         ("tests/spark/test_typed_payloads.py",),
     ),
     Mutation(
+        "typed-impossible-date",
+        "a payload's impossible date (2023-02-29) refused to the dead-letter table, not the "
+        "typed compaction's failure (Spark's default parser policy fails the job)",
+        "shardlog/spark/session.py",
+        '    "spark.sql.legacy.timeParserPolicy": "CORRECTED",\n',
+        "",
+        ("tests/spark/test_typed_payloads.py",),
+    ),
+    Mutation(
         "typed-marks-default",
         "typed compaction's dead-letter watermark of a partition it has none for: 0, so "
         "every refused record of that partition goes to the dead-letter table",

@@ -166,6 +166,10 @@ def test_each_kind_of_refusal_is_named_by_its_field(spark: Any) -> None:
         {**GOOD, "weight": "heavy", "gift": "yes"},  # the first declared field is named
         b'{"orderId": "o", "amount": 1, "orderId": "p"}',  # a key twice: the last one holds
         b"\xff\xfe\x00",
+        # No such day: refused, not read as the next day, and not the job's failure.
+        {**GOOD, "day": "2023-02-29"},
+        {**GOOD, "placedAt": "2024-02-30T10:00:00Z"},
+        {**GOOD, "day": "2024-02-29"},  # a leap day is one
     ]
     expected = spark.createDataFrame(
         [
@@ -190,6 +194,9 @@ def test_each_kind_of_refusal_is_named_by_its_field(spark: Any) -> None:
             (18, "weight", "not a number"),
             (19, None, None),
             (20, "(payload)", "not a JSON object"),
+            (21, "day", "not a date string"),
+            (22, "placedAt", "not a date-time string"),
+            (23, None, None),
         ],
         "seq long, _error_field string, _error_reason string",
     )
@@ -267,3 +274,14 @@ def test_each_object_level_is_read_once_per_record(spark: Any) -> None:
     alone = sum(1 for p in ORDERS.payload.properties.values() if p.type != "object") + 2
     assert plan.count("from_json(MapType") == levels
     assert plan.count("from_json(") == 2 * levels + alone  # alone: a branch each, suspects only
+
+
+def test_the_jobs_session_reads_dates_by_one_calendar(spark: Any) -> None:
+    """What a job's own session (``build_session``, as on EMR Serverless) is given: the
+    refusals above hold there too."""
+    from shardlog.spark.session import JOB_CONF, build_session
+
+    session = build_session("test-job")
+    assert {key: session.conf.get(key) for key in JOB_CONF} == JOB_CONF
+    assert JOB_CONF["spark.sql.legacy.timeParserPolicy"] == "CORRECTED"
+
