@@ -284,4 +284,3 @@ def test_the_jobs_session_reads_dates_by_one_calendar(spark: Any) -> None:
     session = build_session("test-job")
     assert {key: session.conf.get(key) for key in JOB_CONF} == JOB_CONF
     assert JOB_CONF["spark.sql.legacy.timeParserPolicy"] == "CORRECTED"
-
