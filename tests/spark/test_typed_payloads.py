@@ -277,10 +277,16 @@ def test_each_object_level_is_read_once_per_record(spark: Any) -> None:
 
 
 def test_the_jobs_session_reads_dates_by_one_calendar(spark: Any) -> None:
-    """What a job's own session (``build_session``, as on EMR Serverless) is given: the
-    refusals above hold there too."""
+    """What a job's own session (``build_session``, as on EMR Serverless, where nothing else
+    sets it) is given: the refusals above hold there too."""
     from shardlog.spark.session import JOB_CONF, build_session
 
-    session = build_session("test-job")
-    assert {key: session.conf.get(key) for key in JOB_CONF} == JOB_CONF
-    assert JOB_CONF["spark.sql.legacy.timeParserPolicy"] == "CORRECTED"
+    try:
+        for key in JOB_CONF:  # as a session the service configured: Spark's defaults
+            spark.conf.unset(key)
+        assert spark.conf.get("spark.sql.legacy.timeParserPolicy") == "EXCEPTION"
+        session = build_session("test-job")
+        assert {key: session.conf.get(key) for key in JOB_CONF} == JOB_CONF
+    finally:
+        for key, value in JOB_CONF.items():
+            spark.conf.set(key, value)
