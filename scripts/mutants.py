@@ -1161,6 +1161,23 @@ MUTATIONS = (
         'said = "; it wrote nothing on stderr"',
         ("tests/functional/local/test_server_process.py",),
     ),
+    Mutation(
+        "class-archive-publish-any-exit",
+        "the local Spark JVMs' class archive published whatever the JVM's exit: a killed "
+        "writer's partial file would become the archive every later JVM maps",
+        "shardlog/spark/class_archive.py",
+        "        if exit_code != 0 or not written.is_file()",
+        "        if not written.is_file()",
+        ("tests/unit/test_class_archive.py",),
+    ),
+    Mutation(
+        "class-archive-shared-writer-file",
+        "two JVMs writing the class archive at once write to the same file",
+        "shardlog/spark/class_archive.py",
+        '{os.getpid()}-{next(_written)}.tmp"',
+        '{os.getpid()}.tmp"',
+        ("tests/unit/test_class_archive.py",),
+    ),
 )
 
 

@@ -51,7 +51,8 @@ from moto.emrserverless import models as emr_models
 
 from shardlog import constants as C
 from shardlog.local import principals
-from shardlog.spark.session import LOCAL_MASTER, local_conf, local_environment
+from shardlog.spark.class_archive import launch_options, local_class_archive, with_options
+from shardlog.spark.session import JAVA_OPTIONS, LOCAL_MASTER, local_conf, local_environment
 
 LOG_ROOT = Path(tempfile.gettempdir()) / "shardlog-emr-serverless"
 ACTIVE_STATES = ("SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED", "CANCELLING")
@@ -99,14 +100,19 @@ def submitted_conf(spark_submit_parameters: str | None) -> dict[str, str]:
     return confs
 
 
-def local_spark_conf(spark_submit_parameters: str | None, *, shipped: bool = False) -> list[str]:
+def local_spark_conf(
+    spark_submit_parameters: str | None, *, shipped: bool = False, java_options: str = ""
+) -> list[str]:
     """The ``--conf`` arguments of a run that make sense locally, after the one local
-    configuration (``shardlog.spark.session.local_conf``)."""
+    configuration (``shardlog.spark.session.local_conf``); ``java_options`` added to the
+    driver JVM's."""
     dropped = _SHIPPED_DROPPED_PREFIXES if shipped else _EMR_ONLY_CONF_PREFIXES
     confs = local_conf()
     for key, setting in submitted_conf(spark_submit_parameters).items():
         if not key.startswith(dropped):
             confs[key] = setting
+    if java_options:
+        confs[JAVA_OPTIONS] = with_options(confs.get(JAVA_OPTIONS, ""), java_options)
     return [arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")]
 
 
@@ -171,15 +177,18 @@ def _entry_point_file(job_run: Any, account_id: str, workdir: Path) -> Path:
     return target
 
 
-def _command(job_run: Any, entry: Path, shipped: bool = False) -> list[str]:
+def _command(job_run: Any, entry: Path, shipped: bool = False, java_options: str = "") -> list[str]:
     driver = job_run.job_driver["sparkSubmit"]
+    conf = local_spark_conf(
+        driver.get("sparkSubmitParameters"), shipped=shipped, java_options=java_options
+    )
     return [
         str(spark_submit_executable()),
         "--master",
         LOCAL_MASTER,
         "--name",
         job_run.name or job_run.id,
-        *local_spark_conf(driver.get("sparkSubmitParameters"), shipped=shipped),
+        *conf,
         str(entry),
         *[str(a) for a in driver.get("entryPointArguments", [])],
     ]
@@ -224,13 +233,21 @@ def _tail(path: Path) -> str:
 def _run(job_run: Any, account_id: str) -> None:
     workdir = LOG_ROOT / job_run.id
     log_path = workdir / "spark-submit.log"
+    written: Path | None = None
     try:
         workdir.mkdir(parents=True, exist_ok=True)
         shipped = _shipped_python
         if shipped is not None:
             _unpack_archives(job_run, account_id, workdir)
+        # The JVMs' class archive (shardlog.spark.class_archive): mapped when there is one,
+        # else this run's JVM writes one as it exits, published below if it exits cleanly.
+        archive = local_class_archive()
+        java_options, written = launch_options(archive)
         command = _command(
-            job_run, _entry_point_file(job_run, account_id, workdir), shipped is not None
+            job_run,
+            _entry_point_file(job_run, account_id, workdir),
+            shipped is not None,
+            java_options,
         )
         with log_path.open("wb") as log, _lock:
             if job_run.state == "CANCELLING":
@@ -254,6 +271,8 @@ def _run(job_run: Any, account_id: str) -> None:
             process.wait()
             _set_state(job_run, "FAILED", f"timed out after {timeout_s}s; log: {log_path}")
             return
+        if archive is not None and written is not None:
+            archive.publish(written, code)
         if job_run.state == "CANCELLING":
             _set_state(job_run, "CANCELLED", f"cancelled; log: {log_path}")
         elif code == 0:
@@ -263,6 +282,8 @@ def _run(job_run: Any, account_id: str) -> None:
     except Exception as exc:  # a run that cannot start fails; the server must not
         _set_state(job_run, "FAILED", f"could not run locally: {exc}")
     finally:
+        if written is not None:  # not published: a run killed, cancelled or failed to start
+            written.unlink(missing_ok=True)
         with _lock:
             _processes.pop(job_run.id, None)
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 LOCAL_CORES = 2
 LOCAL_MASTER = f"local[{LOCAL_CORES}]"
 LOOPBACK = "127.0.0.1"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"  # local mode: the driver JVM runs every task
 
 
 # What the jobs' results depend on, wherever they run:
@@ -59,7 +60,7 @@ def local_conf() -> dict[str, str]:
         "spark.driver.bindAddress": LOOPBACK,
         "spark.driver.host": LOOPBACK,
         # Short jobs on a small machine: the C1 JIT alone starts faster and is enough here.
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        JAVA_OPTIONS: "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
 
 
@@ -79,8 +80,14 @@ def local_session(app_name: str, overrides: Mapping[str, str] | None = None) -> 
     starts."""
     from pyspark.sql import SparkSession
 
+    from shardlog.spark.class_archive import local_class_archive, with_options
+
+    conf = {**local_conf(), **(overrides or {})}
+    archive = local_class_archive()
+    if archive is not None:  # read only: pyspark stops this JVM, it never exits cleanly
+        conf[JAVA_OPTIONS] = with_options(conf.get(JAVA_OPTIONS, ""), archive.read_options())
     builder = SparkSession.builder.master(LOCAL_MASTER).appName(app_name)
-    for key, value in {**local_conf(), **(overrides or {})}.items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
