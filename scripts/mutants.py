@@ -1178,6 +1178,15 @@ MUTATIONS = (
         '{os.getpid()}.tmp"',
         ("tests/unit/test_class_archive.py",),
     ),
+    Mutation(
+        "unpacked-archive-prune-in-use",
+        "the local EMR Serverless prunes an unpacked spark.archives copy a running job "
+        "links to (its driver and executors import from it)",
+        "shardlog/local/emr_serverless.py",
+        "    removed = [p for p in unpacked[kept:] if p.resolve() not in in_use]",
+        "    removed = list(unpacked[kept:])",
+        ("tests/spark/test_local_emr.py",),
+    ),
 )
 
 

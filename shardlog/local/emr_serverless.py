@@ -64,6 +64,7 @@ _EMR_ONLY_CONF_PREFIXES = (
     "spark.executorEnv.PYTHONPATH",
 )
 _DETAILS_CHARS = 2000
+KEPT_UNPACKED = 3  # unpacked spark.archives kept in LOG_ROOT/archives (prune_unpacked)
 
 _SHIPPED_DROPPED_PREFIXES = (
     "spark.archives",  # unpacked by _unpack_archives instead
@@ -134,7 +135,9 @@ def _unpack_archives(job_run: Any, account_id: str, workdir: Path) -> None:
         if stored is None:
             raise FileNotFoundError(f"spark.archives {uri} is not in the embedded S3")
         unpacked = LOG_ROOT / "archives" / stored.etag.strip('"')
-        if not unpacked.is_dir():
+        if unpacked.is_dir():
+            os.utime(unpacked)  # in use again: the newest stay (prune_unpacked)
+        else:
             partial = unpacked.with_suffix(".partial")
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
@@ -149,6 +152,27 @@ def _unpack_archives(job_run: Any, account_id: str, workdir: Path) -> None:
             local.unlink()
             partial.replace(unpacked)
         (workdir / (alias or Path(key).name)).symlink_to(unpacked, target_is_directory=True)
+        with _lock:
+            running = [LOG_ROOT / run_id for run_id in _processes]
+        in_use = {link.resolve() for run in running if run.is_dir() for link in run.iterdir()}
+        prune_unpacked(LOG_ROOT / "archives", in_use | {unpacked.resolve()})
+
+
+def prune_unpacked(root: Path, in_use: set[Path], kept: int = KEPT_UNPACKED) -> list[Path]:
+    """Unpacked archives beyond the newest ``kept`` go, but none in ``in_use`` (a running
+    job's link): each build of the archive is a new object, and each unpacked copy is about
+    350 MB. Returns what was removed."""
+    import shutil
+
+    unpacked = sorted(
+        (p for p in root.iterdir() if p.is_dir() and p.suffix != ".partial"),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    removed = [p for p in unpacked[kept:] if p.resolve() not in in_use]
+    for old in removed:
+        shutil.rmtree(old, ignore_errors=True)
+    return removed
 
 
 def spark_submit_executable() -> Path:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shardlog.local.emr_serverless import LOG_ROOT, local_spark_conf
+from shardlog.local.emr_serverless import LOG_ROOT, local_spark_conf, prune_unpacked
 from shardlog.local.spark import provision_spark
 from shardlog.spark.session import local_conf
 from shardlog.spark.trigger import TERMINAL_STATES, SparkTarget
@@ -111,3 +112,23 @@ def test_only_local_settings_reach_the_local_spark_submit() -> None:
     assert local_conf().items() <= pairs.items()  # the tests' session runs the same way
     assert not any(k.startswith(("spark.archives", "spark.emr-serverless")) for k in pairs)
     assert "spark.executorEnv.PYSPARK_PYTHON" not in pairs
+
+
+def test_unpacked_archives_beyond_the_newest_go_unless_a_running_job_links_them(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "archives"
+    dirs = [root / f"etag-{n}" for n in range(6)]
+    for age, unpacked in enumerate(dirs):
+        (unpacked / "pkg").mkdir(parents=True)
+        os.utime(unpacked, (1_000_000 + age, 1_000_000 + age))
+    (root / "etag-9.partial").mkdir()  # another run unpacking now
+    removed = prune_unpacked(root, in_use={dirs[0].resolve()}, kept=3)
+    assert sorted(removed) == dirs[1:3]  # the oldest, but not the one a job runs from
+    assert sorted(p.name for p in root.iterdir()) == [
+        "etag-0",
+        "etag-3",
+        "etag-4",
+        "etag-5",
+        "etag-9.partial",
+    ]
