@@ -1050,8 +1050,8 @@ MUTATIONS = (
         "the capacity model's count of the Lambda runner's reads per wake (make test checks the "
         "model against a local run at 12 shards; a count one off per commit must fail there)",
         "scripts/capacity.py",
-        '"dynamodb:GetItem": 6,',
-        '"dynamodb:GetItem": 5,',
+        '"dynamodb:GetItem": 4,',
+        '"dynamodb:GetItem": 3,',
         ("tests/functional/local/test_capacity_model.py",),
     ),
     Mutation(
@@ -1160,6 +1160,24 @@ MUTATIONS = (
         'said = f"; its stderr ended with:\\n{tail}" if tail else "; it wrote nothing on stderr"',
         'said = "; it wrote nothing on stderr"',
         ("tests/functional/local/test_server_process.py",),
+    ),
+    Mutation(
+        "expression-copy-own-children",
+        "the embedded DynamoDB's copy of a kept update expression tree (its validator "
+        "replaces nodes in the copy's children: a copy sharing them changes the kept tree)",
+        "shardlog/local/expressions.py",
+        'new.__dict__ = {"type": state["type"], "children": children, "parent": parent}',
+        'new.__dict__ = {"type": state["type"], "children": state["children"], "parent": parent}',
+        ("tests/unit/test_expression_copy.py", "tests/functional/local/test_expressions.py"),
+    ),
+    Mutation(
+        "lambda-progress-from-take",
+        "a Lambda runner resuming the retry state and pending give-ups on the lease item its "
+        "take returned (none read: batches retried from scratch, give-ups never sent)",
+        "shardlog/dal/consumers.py",
+        "        return LaneProgress.from_item(lease.item)",
+        "        return LaneProgress()",
+        ("tests/functional/lambda_consumer/test_runner_faults.py",),
     ),
 )
 
