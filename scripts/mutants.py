@@ -1179,6 +1179,15 @@ MUTATIONS = (
         "        return LaneProgress()",
         ("tests/functional/lambda_consumer/test_runner_faults.py",),
     ),
+    Mutation(
+        "wake-queue-nudge",
+        "the local wake queue's source receiving as soon as it is nudged (a wake sent) rather "
+        "than at its next poll",
+        "shardlog/local/event_sources.py",
+        "if not stop.is_set() and self._nudged.wait(seconds):",
+        "if not stop.is_set() and stop.wait(seconds):",
+        ("tests/functional/local/test_event_sources.py",),
+    ),
 )
 
 
