@@ -1188,6 +1188,15 @@ MUTATIONS = (
         "if not stop.is_set() and stop.wait(seconds):",
         ("tests/functional/local/test_event_sources.py",),
     ),
+    Mutation(
+        "dynamodb-answer-binary",
+        "the embedded DynamoDB's direct answers writing binary attribute values in base64, as "
+        "moto's serializer does (else a B, BS or nested binary value reads back wrong)",
+        "shardlog/local/dynamodb_answers.py",
+        '        return base64.b64encode(value).decode("ascii")',
+        '        return value.decode("latin-1")',
+        ("tests/functional/local/test_dynamodb_answers.py",),
+    ),
 )
 
 
