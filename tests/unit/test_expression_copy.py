@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.parsing import validators as moto_validators
 from moto.dynamodb.parsing.ast_nodes import Node  # type: ignore[attr-defined]
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
 
@@ -142,3 +143,25 @@ def test_values_and_trees_of_another_shape_go_to_deepcopy() -> None:
     ours, theirs = expressions.copy_tree(tree), copy.deepcopy(tree)
     _same(ours, theirs, pairs)
     assert {id(n) for n in _nodes(tree)}.isdisjoint(id(n) for n in _nodes(ours))
+
+
+def _passes(cls: type) -> list[type]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_passes(sub))]
+
+
+def test_each_validator_pass_processes_the_classes_moto_names() -> None:
+    """The node classes kept per pass class are the keys of its processing map, for every
+    pass of moto's validator and any instance of it."""
+    expressions.apply()
+    traverser = moto_validators.DepthFirstTraverser
+    assert traverser.nodes_to_be_processed is expressions.node_classes
+    checked = 0
+    for cls in _passes(traverser):
+        first, second = object.__new__(cls), object.__new__(cls)
+        try:
+            named = tuple(first._processing_map().keys())
+        except (AttributeError, TypeError):  # a pass with a traversal of its own
+            continue
+        assert expressions.node_classes(first) == named == expressions.node_classes(second)
+        checked += 1
+    assert checked >= 8
