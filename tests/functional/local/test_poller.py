@@ -119,7 +119,9 @@ def test_an_open_window_reads_its_shard_at_the_interval_and_at_its_end(
     holds every record put before the end, as when it was read at every poll."""
     first = _produce_everywhere(aws, "a")
     recorder = Recorder()
-    poller = _poller(aws, recorder, clock, batch_size=100, batching_window_ms=1000)
+    poller = _poller(
+        aws, recorder, clock, batch_size=100, batching_window_ms=1000, window_read_interval_ms=250
+    )
     counter = RequestCounter().attach(aws.clients)
     poller.poll_once()  # t = 0: every window opens
     opened = _reads(counter)
@@ -144,7 +146,9 @@ def test_a_batch_filled_in_an_open_window_goes_at_the_next_look(
     """Before its window ends, a full batch is invoked within one interval."""
     produced = _produce(aws, 3)
     recorder = Recorder()
-    poller = _poller(aws, recorder, clock, batch_size=5, batching_window_ms=1000)
+    poller = _poller(
+        aws, recorder, clock, batch_size=5, batching_window_ms=1000, window_read_interval_ms=250
+    )
     poller.poll_once()
     produced += _produce(aws, 2, prefix="more")  # the batch is full from now on
     clock.advance(249)
