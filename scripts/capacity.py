@@ -50,10 +50,10 @@ INGEST_WARM = {k: v for k, v in INGEST_COLD.items() if k != f"dynamodb:{TRANSACT
 # shardlog/lambda_consumer/runner.py steps 1-5, delivery.py and feed.py.
 RUNNER_PER_WAKE = {
     # 0. the lease item's checkpoint against the head the wake names (delivered already?);
-    # 1. the partition (ready?); 3. the retry state on the lease item (consumers table);
-    # 4. the head before reading, and again when the buffer runs out (caught up);
-    # 5. the re-check after release. Four on the partition's item, two on the lease's.
-    "dynamodb:GetItem": 6,
+    # 1. the partition (ready? and the head the first batches are read to); 4. the head
+    # again when the buffer runs out (caught up); 5. the re-check after release. Three on
+    # the partition's item, one on the lease's (3. the retry state comes with the take).
+    "dynamodb:GetItem": 4,
     "dynamodb:UpdateItem": 3,  # 2. acquire; 4. checkpoint; 5. release
     # 4. the segment store: where the position's segment starts, then the segments from it
     # (shardlog/segments.py, segment_start and starts), and the commit's segment
@@ -61,7 +61,7 @@ RUNNER_PER_WAKE = {
     "s3:GetObject": 1,
     "lambda:Invoke": 1,  # 4. the group's function
 }
-RUNNER_PARTITION_READS = 4  # of RUNNER_PER_WAKE's GetItems, those of the partition's item
+RUNNER_PARTITION_READS = 3  # of RUNNER_PER_WAKE's GetItems, those of the partition's item
 # SQS per wake (the wake queue; Lambda's SQS event source, batch size 1): one receive, one
 # delete (DeleteMessageBatch, as Lambda's poller deletes). The waker sends the wakes of one
 # stream batch in SendMessageBatch calls of 10 (shardlog/lambda_consumer/wake.py,

@@ -174,6 +174,9 @@ class Lease:
     transfer_requested_by: str | None = None  # a worker asked for a graceful handoff
     transfer_requested_at_ms: int | None = None
     window_end_ms: int | None = None  # a Lambda group's open tumbling window: its end
+    # The whole item as read or written (deserialised): a Lambda group's lane progress is
+    # read from the item its runner's take returned (shardlog/dal/consumers.py).
+    item: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_item(cls, raw: dict[str, Any]) -> Lease:
@@ -194,6 +197,7 @@ class Lease:
             transfer_requested_by=item.get(ATTR_TRANSFER_REQUESTED_BY),
             transfer_requested_at_ms=int(requested_at) if requested_at is not None else None,
             window_end_ms=int(window["end"]) if window is not None else None,
+            item=item,
         )
 
     def is_live(self, now_ms: int) -> bool:

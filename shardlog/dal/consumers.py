@@ -419,14 +419,13 @@ class LambdaProgress:
     def __init__(self, leases: LeaseManager) -> None:
         self.leases = leases
 
-    def read(self, group: str, partition_id: str) -> LaneProgress:
-        """The batches being retried, and give-ups whose records may not have been sent."""
-        response = self.leases.clients.dynamodb.get_item(
-            TableName=self.leases.table_name,
-            Key=consumer_key(group, partition_id),
-            ConsistentRead=True,
-        )
-        return LaneProgress.from_item(from_ddb(response.get("Item", {})))
+    @staticmethod
+    def of(lease: Lease) -> LaneProgress:
+        """The batches being retried, and give-ups whose records may not have been sent, on
+        the lease item as ``lease`` was read or written: a take's answer is the whole item
+        as its write left it, so the runner reads them with its take, not after it (a
+        write of anyone else since would have moved the counter and fences the runner)."""
+        return LaneProgress.from_item(lease.item)
 
     def save(self, lease: Lease, progress: LaneProgress, *, checkpoint: int | None) -> Lease:
         """The lane progress as it now stands (whole: what is not in it is removed), with the

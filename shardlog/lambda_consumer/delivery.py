@@ -143,11 +143,15 @@ class Session:
             self.report.trimmed_unread += trimmed
             position, checkpoint = partition.trim_horizon, None  # progress below it is void
         self.feed = LogFeed(
-            self.runner.reader.store, self.runner.tables, self.partition_id, position
+            self.runner.reader.store,
+            self.runner.tables,
+            self.partition_id,
+            position,
+            known=partition,  # read by the runner a moment ago: the first batches need no other
         )
         progress: LaneProgress | None = None
         if checkpoint is not None and not self.shard_end:
-            progress = self.progress.read(self.runner.group, self.partition_id)
+            progress = self.progress.of(self.lease)  # as the take wrote the item
         factor = self.consumer.parallelization_factor
         self.lanes = Lanes(factor, self.consumer.batch_size, position, progress)
         self.window = progress.window if progress is not None else None

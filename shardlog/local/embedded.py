@@ -23,6 +23,7 @@ from shardlog.exceptions import aws_error_code
 from shardlog.local import (
     cloudformation,
     conditional_writes,
+    dynamodb_answers,
     emr_serverless,
     event_source_mappings,
     expressions,
@@ -40,6 +41,7 @@ def apply_fidelity() -> None:
     conditional_writes.apply()
     transactions.apply()  # a cancelled transaction undone in place, not by table copies
     expressions.apply()  # update expressions parsed once, their sections counted once
+    dynamodb_answers.apply()  # GetItem and UpdateItem answered without moto's serializer
     emr_serverless.apply()  # job runs execute with a local spark-submit
     cloudformation.apply()  # the stack's EMR application, Glue database, Athena workgroup
     event_source_mappings.apply()  # mappings leave streams and queues to the local sources

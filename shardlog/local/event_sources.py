@@ -10,7 +10,11 @@ shape and the semantics shardlog relies on.
   once, each on messages of one message group, in their order: Lambda's event source for a
   FIFO queue scales out to the queue's active message groups the same way, while each group
   stays in order (a failed message holds back the rest of its group's received messages,
-  which reappear with it).
+  which reappear with it). Lambda long-polls a queue, so a message is taken as soon as it is
+  sent; here ``nudge()`` (the local waker calls it after sending wakes) ends ``run``'s wait
+  between receives at once, and so does a finished invocation, so a wake sent in this
+  process waits for no poll interval, and ``run`` polls only every ``idle_sleep_s``
+  otherwise (wakes sent by another process).
 - ``DynamoDbStreamSource``: read every shard of a table's stream from LATEST (as a new
   event source mapping does) and invoke with the records, in order; a failed batch is
   retried until it succeeds (Lambda's default for streams).
@@ -24,7 +28,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from shardlog import constants as C
@@ -68,9 +72,19 @@ class SqsEventSource:
         self.concurrency = 1 + len(handlers)
         self._more_handlers = list(handlers)
         self._environments: queue.SimpleQueue[Handler] = queue.SimpleQueue()
+        self._nudged = threading.Event()  # a message was sent, or an invocation finished
         self._counts = threading.Lock()
         self.invocations = 0
         self.failures = 0
+
+    def nudge(self) -> None:
+        """A message was just sent to the queue: ``run`` receives now, not at its next poll."""
+        self._nudged.set()
+
+    def _idle(self, stop: threading.Event, seconds: float) -> None:
+        """Wait until nudged, stopped (checked within ``seconds``) or ``seconds`` passed."""
+        if not stop.is_set() and self._nudged.wait(seconds):
+            self._nudged.clear()
 
     def wrap(self, wrapper: Callable[[Handler], Handler]) -> None:
         """Wrap every execution environment's handler (a benchmark's timing); before ``run``."""
@@ -160,7 +174,7 @@ class SqsEventSource:
         if self.concurrency == 1:
             while not stop.is_set():
                 if self.poll_once() == 0:
-                    stop.wait(idle_sleep_s)
+                    self._idle(stop, idle_sleep_s)
             return
         for environment in (self.handler, *self._more_handlers):
             self._environments.put(environment)
@@ -173,14 +187,12 @@ class SqsEventSource:
                 # a group with one in flight, so a group never runs in two at once.
                 messages = self._receive(min(free, MAX_RECEIVE)) if free else []
                 for group in _by_message_group(messages):  # at most `free` groups
-                    running.add(pool.submit(self._invoke_group, group))
+                    future = pool.submit(self._invoke_group, group)
+                    future.add_done_callback(lambda _done: self._nudged.set())
+                    running.add(future)
                 if messages and len(running) < self.concurrency:
                     continue
-                if running:
-                    _, pending = wait(running, timeout=idle_sleep_s, return_when=FIRST_COMPLETED)
-                    running = set(pending)
-                else:
-                    stop.wait(idle_sleep_s)
+                self._idle(stop, idle_sleep_s)  # a finished invocation nudges too
             wait(running)
 
 

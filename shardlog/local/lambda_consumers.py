@@ -42,6 +42,11 @@ DEFAULT_SWEEP_INTERVAL_MS = C.LAMBDA_CONSUMER_SWEEP_RATE_MINUTES * 60_000
 # one runner per message group (partition) with wakes, as many as there are; here up to this
 # many, each its own execution environment (one ReceiveMessage fills them all).
 RUNNER_ENVIRONMENTS = 10
+# How often a wake queue's source receives when nothing nudged it. Lambda long-polls: a wake
+# is taken when it is sent. Here the waker (commits, the sweep) nudges the sources when it
+# has sent wakes and a finished runner (its own wakes) ends the wait too, so only a wake sent
+# by another process (a seek from the CLI) waits up to this long.
+WAKE_QUEUE_POLL_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -236,7 +241,9 @@ class LocalLambdaConsumers:
             tables=self.config.tables,
         )
         waker = principals.function(create_waker.__module__)
-        self.waker = create_waker(waker_settings, self.config.clients(waker), self.clock)
+        self.waker = self._nudging(
+            create_waker(waker_settings, self.config.clients(waker), self.clock)
+        )
         self._enable_stream()
         self.stream = DynamoDbStreamSource(
             self.config.clients(waker),
@@ -246,6 +253,18 @@ class LocalLambdaConsumers:
             batch_size=C.WAKER_BATCH_SIZE,
         ).start()
         return self
+
+    def _nudging(self, waker: Callable[[dict[str, Any], Any], Any]) -> Function:
+        """The waker, telling the wake queues' sources to receive once it has sent wakes."""
+
+        def wake(event: dict[str, Any], context: Any) -> Any:
+            try:
+                return waker(event, context)
+            finally:  # sent or not: a receive costs one request
+                for source in self.sources.values():
+                    source.nudge()
+
+        return wake
 
     def _register(self) -> None:
         """What the stack's custom resource does at deploy, through the same handler."""
@@ -333,7 +352,7 @@ class LocalLambdaConsumers:
 
     def run_in_background(self, stop: threading.Event) -> None:
         assert self.stream is not None
-        runners = [(f"shardlog-runner-{g}", s.run) for g, s in self.sources.items()]
+        runners = [(f"shardlog-runner-{g}", self._runner_loop(s)) for g, s in self.sources.items()]
         for name, target in [
             ("shardlog-waker-stream", self.stream.run),
             *runners,
@@ -342,6 +361,10 @@ class LocalLambdaConsumers:
             thread = threading.Thread(target=target, args=(stop,), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    @staticmethod
+    def _runner_loop(source: SqsEventSource) -> Callable[[threading.Event], None]:
+        return lambda stop: source.run(stop, WAKE_QUEUE_POLL_S)
 
     def _sweep_loop(self, stop: threading.Event) -> None:
         while not stop.wait(self.sweep_interval_ms / 1000):

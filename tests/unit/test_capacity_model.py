@@ -24,7 +24,7 @@ def test_a_batch_is_what_the_window_gathers_within_the_size_and_payload() -> Non
 
 def test_one_commit_costs_the_documented_budgets() -> None:
     """docs/ARCHITECTURE.md section 4: 4 requests a batch, 3 from a warm container; a Lambda
-    group's wake: 5 reads, 3 lease writes, 2 listings and the segment, the invoke, a receive
+    group's wake: 4 reads, 3 lease writes, 2 listings and the segment, the invoke, a receive
     and a delete."""
     cold = K.requests_per_commit(K.Workload(1, lambda_groups=0, warm=False))
     warm = K.requests_per_commit(K.Workload(1, lambda_groups=0))
@@ -34,7 +34,7 @@ def test_one_commit_costs_the_documented_budgets() -> None:
     two_groups = K.requests_per_commit(K.Workload(1, lambda_groups=2))
     wake = {k: two_groups[k] - one_group.get(k, 0) for k in two_groups}
     assert wake == {
-        "dynamodb:GetItem": 6,
+        "dynamodb:GetItem": 4,
         "dynamodb:UpdateItem": 3,
         "s3:ListObjectsV2": 2,
         "s3:GetObject": 1,
@@ -50,11 +50,11 @@ def test_two_shards_by_hand() -> None:
     """2 shards, 1,000 records/s each, 1 s window, one Lambda group, no workers."""
     demand = K.model(K.Workload(2, lambda_groups=1))
     r = demand.requests
-    # ingest: 2 commits/s x (lease, segment, commit); runner: 2 wakes/s x 6 GetItem, 3 UpdateItem
+    # ingest: 2 commits/s x (lease, segment, commit); runner: 2 wakes/s x 4 GetItem, 3 UpdateItem
     assert r["dynamodb:UpdateItem"] == 2 * 1 + 2 * 3
     assert r["dynamodb:TransactWriteItems"] == 2
     assert r["s3:PutObject"] == 2 and r["s3:GetObject"] == 2
-    assert r["dynamodb:GetItem"] == 2 * 6 and r["s3:ListObjectsV2"] == 2 * 2
+    assert r["dynamodb:GetItem"] == 2 * 4 and r["s3:ListObjectsV2"] == 2 * 2
     # The waker: 2 commits/s from one stream shard polled 4 times a second: 2 invocations of
     # 1 wake each, one SendMessageBatch each.
     assert r["sqs:SendMessageBatch"] == 2

@@ -90,3 +90,43 @@ def test_two_deployments_on_one_account_never_share_a_wake(aws: AwsEnv, clock: M
         assert [(w.reason, w.head) for w in map(Wake.parse, received(aws, wake_url))] == [
             ("rewake", 4)
         ]
+
+
+def test_a_wake_that_delivers_a_commit_reads_the_head_and_the_retry_state_once(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    """A commit's wake, under way (checkpoint 3, a commit of 6 more, batches of 2): the
+    partition is read once before delivering (the first batches read to that head), the
+    retry state comes with the take's answer, then one checkpoint per batch, the head once
+    more when caught up, the release and the re-check: nothing read twice in a row."""
+    append(aws, P, incoming_records(3, start=0))
+    recorder = Recorder()
+    runner, _ = runner_for(aws, clock, recorder, batch_size=2)
+    assert run(runner, "r1", head=3).delivered == 3
+    append(aws, P, incoming_records(6, start=3), segment_max_records=6)  # one segment
+    operations: list[str] = []
+
+    def note(model: Any, **_: Any) -> None:
+        operations.append(model.name)
+
+    runner.clients.add_hook("before-call", note)
+    report = run(runner, "r2", head=9)
+    assert (report.outcome, report.invocations) == (Outcome.CAUGHT_UP, 3)
+    assert recorder.seqs(P) == list(range(9))
+    dynamodb = [o for o in operations if o in ("GetItem", "UpdateItem")]
+    assert dynamodb == [
+        "GetItem",  # the checkpoint against the wake's head
+        "GetItem",  # the partition: ready, and its head
+        "UpdateItem",  # the take (its answer holds the retry state)
+        "UpdateItem",  # a checkpoint per batch
+        "UpdateItem",
+        "UpdateItem",
+        "GetItem",  # the head once the buffer ran out: caught up
+        "UpdateItem",  # the release
+        "GetItem",  # the re-check after it
+    ]
+    assert sorted(o for o in operations if o not in dynamodb) == [
+        "GetObject",
+        "ListObjectsV2",
+        "ListObjectsV2",
+    ]

@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from shardlog.local.event_sources import SqsEventSource
 from tests.support.aws import AwsEnv
 
@@ -129,3 +131,37 @@ def test_one_environment_polls_as_before(aws: AwsEnv) -> None:
     assert source.concurrency == 1
     assert source.drain() == 2
     assert {body for _, _, body in recorder.calls} == {"g1-0", "g2-0"}
+
+
+@pytest.mark.parametrize("environments", [1, 2])
+def test_a_nudge_ends_the_wait_between_receives(aws: AwsEnv, environments: int) -> None:
+    """Polling every 600 s, a message sent and nudged is handled at once (as Lambda's long
+    poll takes it), by one environment or several; a finished invocation ends the wait
+    too, so a message sent while one ran is received when it ends."""
+    url = _fifo_queue(aws)
+    recorder = Recorder(expected=2)
+    recorder.other_group_started.set()  # no gate
+    handle = recorder.handler(0)
+
+    def first(event: dict[str, Any], context: Any) -> Any:
+        answer = handle(event, context)
+        if len(recorder.calls) == 1:
+            _send(aws, url, [("g1", "g1-1")])  # sent while it runs, not nudged
+        return answer
+
+    source = SqsEventSource(
+        aws.clients, url, first, handlers=[first] * (environments - 1), function_name="runner"
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=source.run, args=(stop, 600.0))
+    thread.start()
+    try:
+        _send(aws, url, [("g1", "g1-0")])
+        source.nudge()
+        assert recorder.enough.wait(timeout=30), "waited for the 600 s poll"
+    finally:
+        stop.set()
+        source.nudge()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert recorder.bodies("g1") == ["g1-0", "g1-1"]

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.data_classes import KinesisStreamEvent
 
+from shardlog.aws import RequestCounter
 from shardlog.clock import ManualClock
-from shardlog.local.poller import EventSourcePoller, EventSourceSettings
+from shardlog.local.poller import MIN_SLEEP_S, EventSourcePoller, EventSourceSettings
 from tests.support.aws import AwsEnv
 
 SHARD0 = "shardId-000000000000"
@@ -95,6 +96,89 @@ def test_the_largest_batch_waits_the_longest_window(aws: AwsEnv, clock: ManualCl
     poller.poll_once()
     assert [len(batch) for _, batch in recorder.calls] == [1200]
     assert recorder.delivered() == produced
+
+
+def _reads(counter: RequestCounter) -> int:
+    return counter.by_operation["kinesis.GetRecords"]
+
+
+def _produce_everywhere(aws: AwsEnv, prefix: str) -> dict[str, list[bytes]]:
+    """One record on every shard (at its starting hash key): every shard has a window."""
+    shards = aws.clients.kinesis.list_shards(StreamName=aws.config.stream_name)["Shards"]
+    return {
+        shard["ShardId"]: _produce(aws, 1, shard["HashKeyRange"]["StartingHashKey"], prefix)
+        for shard in shards
+    }
+
+
+def test_an_open_window_reads_its_shard_at_the_interval_and_at_its_end(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    """Polled every 50 ms through a 1,000 ms window: each shard is read when its window
+    opens, every 250 ms while it is open (is the batch full?) and when it ends, and the batch
+    holds every record put before the end, as when it was read at every poll."""
+    first = _produce_everywhere(aws, "a")
+    recorder = Recorder()
+    poller = _poller(
+        aws, recorder, clock, batch_size=100, batching_window_ms=1000, window_read_interval_ms=250
+    )
+    counter = RequestCounter().attach(aws.clients)
+    poller.poll_once()  # t = 0: every window opens
+    opened = _reads(counter)
+    assert opened == len(first)
+    later: dict[str, list[bytes]] = {}
+    for step in range(1, 20):  # t = 50 .. 950 ms: the windows are open
+        clock.advance(50)
+        if step == 13:
+            later = _produce_everywhere(aws, "b")
+        poller.poll_once()
+    assert recorder.calls == [], "the windows are open and the batches not full"
+    assert _reads(counter) - opened == 3 * len(first)  # at 250, 500 and 750 ms
+    clock.advance(50)
+    poller.poll_once()  # t = 1,000 ms: each window ends with a read
+    assert _reads(counter) - opened == 4 * len(first)
+    assert sorted(recorder.calls) == sorted((s, first[s] + later[s]) for s in first)
+
+
+def test_a_batch_filled_in_an_open_window_goes_at_the_next_look(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    """Before its window ends, a full batch is invoked within one interval."""
+    produced = _produce(aws, 3)
+    recorder = Recorder()
+    poller = _poller(
+        aws, recorder, clock, batch_size=5, batching_window_ms=1000, window_read_interval_ms=250
+    )
+    poller.poll_once()
+    produced += _produce(aws, 2, prefix="more")  # the batch is full from now on
+    clock.advance(249)
+    poller.poll_once()
+    assert recorder.calls == [], "not looked at again yet"
+    clock.advance(1)
+    poller.poll_once()
+    assert recorder.calls == [(SHARD0, produced)]
+
+
+def test_run_waits_for_the_next_window_end_or_retry_not_longer(
+    aws: AwsEnv, clock: ManualClock
+) -> None:
+    _produce(aws, 3)
+
+    def fail_once(call: int, _data: list[bytes]) -> None:
+        if call == 1:
+            raise RuntimeError("transient")
+
+    poller = _poller(aws, Recorder(fail_once), clock, batch_size=10, batching_window_ms=1000)
+    assert poller.sleep_s(0.05) == 0.05, "nothing buffered: the idle poll"
+    poller.poll_once()
+    clock.advance(970)
+    assert poller.sleep_s(0.05) == pytest.approx(0.03), "the window ends in 30 ms"
+    clock.advance(30)
+    poller.poll_once()  # the batch fails: its retry is due in retry_delay_ms (100)
+    clock.advance(60)
+    assert poller.sleep_s(0.05) == pytest.approx(0.04)
+    clock.advance(40)
+    assert poller.sleep_s(0.05) == MIN_SLEEP_S, "due now: never a busy loop"
 
 
 def test_past_the_edges_the_poller_is_refused() -> None:
