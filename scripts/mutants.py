@@ -1186,6 +1186,8 @@ MUTATIONS = (
         "    removed = [p for p in unpacked[kept:] if p.resolve() not in in_use]",
         "    removed = list(unpacked[kept:])",
         ("tests/spark/test_local_emr.py",),
+    ),
+    Mutation(
         "expression-copy-own-children",
         "the embedded DynamoDB's copy of a kept update expression tree (its validator "
         "replaces nodes in the copy's children: a copy sharing them changes the kept tree)",
