@@ -1161,6 +1161,15 @@ MUTATIONS = (
         'said = "; it wrote nothing on stderr"',
         ("tests/functional/local/test_server_process.py",),
     ),
+    Mutation(
+        "typed-refused-bytes",
+        "typed compaction handing its writer a record's bytes whenever the record is refused "
+        "(the dead-letter table's data), and only then",
+        "shardlog/spark/typed.py",
+        "F.when(F.col(ERROR_FIELD).isNotNull(), F.col(DATA))",
+        "F.when(F.col(ERROR_FIELD).isNull(), F.col(DATA))",
+        TYPED_COMPACTION,
+    ),
 )
 
 
