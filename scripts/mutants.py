@@ -876,6 +876,15 @@ MUTATIONS = (
         TYPED_COMPACTION,
     ),
     Mutation(
+        "typed-refused-bytes",
+        "typed compaction handing its writer a record's bytes whenever the record is refused "
+        "(the dead-letter table's data), and only then",
+        "shardlog/spark/typed.py",
+        "F.when(F.col(ERROR_FIELD).isNotNull(), F.col(DATA))",
+        "F.when(F.col(ERROR_FIELD).isNull(), F.col(DATA))",
+        TYPED_COMPACTION,
+    ),
+    Mutation(
         "volume-claim",
         "compaction by volume claiming each threshold crossing before it starts a run",
         "shardlog/spark/volume.py",

@@ -1,7 +1,8 @@
 """Payloads parsed, typed and validated as DataFrame transforms: a declared table's rows.
 
 ``parse_payloads(records, declared)`` takes the log's records (the raw table's columns,
-``shardlog.spark.io.RECORD_SCHEMA``) and returns, per record, the typed table's columns
+``shardlog.spark.io.RECORD_SCHEMA``, or only those it reads: the log's own and ``data``, as
+the typed job gives them) and returns, per record, the typed table's columns
 (``declared.typed_schema()``) plus four of its own, named with a leading ``_`` (no
 property's column is):
 

@@ -64,8 +64,8 @@ from shardlog.lake.commit import LakeAppend, append, table_watermarks
 from shardlog.lake.declared import LOG_COLUMNS, LakeTableDeclaration, rejected_schema
 from shardlog.lake.evolution import evolve
 from shardlog.lake.exceptions import LakeConflictError
-from shardlog.lake.files import EVENT_RECORDS, s3_uri, write_rows
-from shardlog.lake.schema import TableSchema
+from shardlog.lake.files import EVENT_RECORDS, SegmentMapping, s3_uri, write_rows
+from shardlog.lake.schema import EVENTS, TableSchema
 from shardlog.lake.settings import LakeSettings
 from shardlog.lake.upsert import LakeUpsert, UpsertTarget, ready, upsert
 from shardlog.retirement import LakeReader
@@ -94,6 +94,19 @@ SEEN, SKIPPED, FILTERED = "seen", "skipped", "filtered"  # a chunk's counts (no 
 # The raw compaction's file stats, and a kind: which table's file, or a chunk's count.
 STATS_SCHEMA = f"kind string, {FILE_STATS_SCHEMA}"
 _ARROW_STATS = pa.schema([pa.field("kind", pa.string()), *ARROW_FILE_STATS])
+# What the typed job reads of a record: the columns the parse and the writer use (the log's
+# own columns and the payload), in the raw table's order and types. A segment's Kinesis
+# sequence number and commit time stay out: each column read crosses into the JVM and is
+# copied there per record.
+PARSE_INPUT = SegmentMapping(
+    TableSchema(
+        tuple(c for c in EVENTS.columns if c.name in (*LOG_COLUMNS, "data")),
+        EVENTS.identifier,
+        EVENTS.partition,
+        EVENTS.sort_by,
+    ),
+    {name: EVENT_RECORDS.mappers[name] for name in (*LOG_COLUMNS, "data")},
+)
 
 
 @dataclass
@@ -151,8 +164,8 @@ class TypedTables:
 # --- 3. write (executors) ----------------------------------------------------------------
 @dataclass(frozen=True)
 class SegmentRecords:
-    """A task per chunk: its segments' records in the raw table's columns (the jobs'
-    ``RECORD_SCHEMA``), each segment checked to be the one planned (density)."""
+    """A task per chunk: its segments' records in the columns the typed job reads
+    (``PARSE_INPUT``), each segment checked to be the one planned (density)."""
 
     config: ShardlogConfig
 
@@ -164,7 +177,7 @@ class SegmentRecords:
                 for first_seq, next_seq in itertools.pairwise(bounds):
                     segment = store.fetch(partition_id, first_seq)
                     check_segment(segment, partition_id, first_seq, next_seq)
-                    yield EVENT_RECORDS.records(segment)
+                    yield PARSE_INPUT.records(segment)
 
 
 @dataclass(frozen=True)
@@ -244,7 +257,9 @@ def write_typed(
     run_id: str,
 ) -> list[dict[str, Any]]:
     """Step 3: one Spark job reads, parses and writes every chunk; the stats rows."""
-    from shardlog.spark.io import CHUNK_TASK_SCHEMA, RECORD_SCHEMA
+    from pyspark.sql import functions as F
+
+    from shardlog.spark.io import CHUNK_TASK_SCHEMA
 
     tasks = chunks(plans, chunk_records(plans, spark.sparkContext.defaultParallelism))
     if not tasks:
@@ -252,8 +267,11 @@ def write_typed(
     task_df = spark.createDataFrame(
         spark.sparkContext.parallelize(tasks, len(tasks)), CHUNK_TASK_SCHEMA
     )
-    records = task_df.mapInArrow(SegmentRecords(args.config()), RECORD_SCHEMA)
+    records = task_df.mapInArrow(SegmentRecords(args.config()), PARSE_INPUT.schema.spark_ddl())
     parsed = parse_payloads(records, tables.declared)
+    # The writer needs a record's bytes only for the dead-letter table: a typed row's stay
+    # behind (each column crosses from the JVM to the writer per record).
+    parsed = parsed.withColumn(DATA, F.when(F.col(ERROR_FIELD).isNotNull(), F.col(DATA)))
     writer = TypedWriter(args.config(), tables, dict(rejected_marks), run_id)
     return [row.asDict() for row in parsed.mapInArrow(writer, STATS_SCHEMA).collect()]
 
