@@ -14,30 +14,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shardlog.spark.class_archive import (
-    ClassArchive,
-    launch_options,
-    local_class_archive,
-    pyspark_home,
-    with_options,
-)
-from shardlog.spark.session import JAVA_OPTIONS, LOCAL_MASTER, local_conf, local_environment
+from shardlog.local.emr_serverless import local_spark_conf, spark_submit_executable
+from shardlog.spark.class_archive import ClassArchive, launch_options, local_class_archive
+from shardlog.spark.session import LOCAL_MASTER, local_environment
 
 
 def build(archive: ClassArchive | None = None) -> Path | None:
     """The archive, written by a spark-submit of ``workload`` when there is none (None: off)."""
     archive = archive or local_class_archive()
-    spark_home = pyspark_home()
-    if archive is None or spark_home is None:
+    if archive is None:
         return None
     java_options, written = launch_options(archive)
     if written is None:
         return archive.path
-    conf = local_conf()
-    conf[JAVA_OPTIONS] = with_options(conf[JAVA_OPTIONS], java_options)
-    command = [str(spark_home / "bin" / "spark-submit"), "--master", LOCAL_MASTER]
-    command += [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
-    command += [__file__, "--workload"]
+    command = [str(spark_submit_executable()), "--master", LOCAL_MASTER]
+    command += [*local_spark_conf(None, java_options=java_options), __file__, "--workload"]
     env = dict(os.environ) | local_environment(sys.executable)
     try:
         done = subprocess.run(command, env=env, capture_output=True, timeout=600)

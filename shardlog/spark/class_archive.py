@@ -128,12 +128,12 @@ def _java() -> Path | None:
     return Path(found).resolve() if found and Path(found).exists() else None
 
 
-def pyspark_home() -> Path | None:
+def _pyspark_home() -> Path | None:
     spec = importlib.util.find_spec("pyspark")
     return None if spec is None or spec.origin is None else Path(spec.origin).parent
 
 
 def _pyspark_jars() -> Path | None:
-    home = pyspark_home()
+    home = _pyspark_home()
     jars = home / "jars" if home is not None else None
     return jars if jars is not None and jars.is_dir() else None
