@@ -6,6 +6,7 @@ importable when the script runs as ``python bench/<name>.py``.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,3 +74,26 @@ class Measurement:
 
     def per_1000_records(self, count: float) -> float:
         return 1000 * count / self.records
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds (user and system) of a process and every live descendant, each with its
+    reaped children's: what a run in this process, its JVM and Spark's Python workers have
+    cost together (Linux /proc)."""
+    parents: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        parents[int(entry)] = int(fields[1])
+        spent[int(entry)] = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    tree, frontier = set(), [os.getpid() if root is None else root]
+    while frontier:
+        pid = frontier.pop()
+        tree.add(pid)
+        frontier += [child for child, parent in parents.items() if parent == pid]
+    return sum(spent.get(pid, 0.0) for pid in tree)

@@ -853,8 +853,25 @@ MUTATIONS = (
         "the typed parse reading each object level's JSON once per record (each read a "
         "column of its own projection, not inlined into every use)",
         "shardlog/spark/payloads.py",
-        "        self.depths[depth][name] = read\n        return F.col(name)",
-        "        self.depths[depth][name] = read\n        return read",
+        "        return F.col(name)\n",
+        "        return read\n",
+        ("tests/spark/test_typed_payloads.py",),
+    ),
+    Mutation(
+        "worker-daemon-reread-changed",
+        "the local runs' Python workers reading an archive on their path again when it "
+        "changed (only then: shardlog.spark.worker_daemon)",
+        "shardlog/spark/worker_daemon.py",
+        "_READ_AT.get(archive) == stamp",
+        "archive in _READ_AT",
+        ("tests/unit/test_worker_daemon.py",),
+    ),
+    Mutation(
+        "typed-filter-gate",
+        "a declared table with a record filter parsing only the records that are its own",
+        "shardlog/spark/payloads.py",
+        "read if self.gate is None else F.when(self.gate, read)",
+        "read",
         ("tests/spark/test_typed_payloads.py",),
     ),
     Mutation(
