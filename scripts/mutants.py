@@ -870,8 +870,8 @@ MUTATIONS = (
         "typed-filter-gate",
         "a declared table with a record filter parsing only the records that are its own",
         "shardlog/spark/payloads.py",
-        "read if self.gate is None else F.when(self.gate, read)",
-        "read",
+        "text if self.gate is None else F.when(self.gate, text)",
+        "text",
         ("tests/spark/test_typed_payloads.py",),
     ),
     Mutation(

@@ -278,14 +278,16 @@ def parses(plan: Any) -> dict[str, int]:
     per distinct expression of each projection: Spark computes a repeated one once), and
     those only in a ``branch`` some records take (a CASE WHEN's later conditions and its
     values, a COALESCE's later arguments, the right side of AND / OR: Spark evaluates them
-    only when reached)."""
+    only when reached; or a parse of a CASE WHEN's text, null where its condition does not
+    hold, and ``from_json`` parses no null)."""
     every: set[tuple[int, str]] = set()
     branch = 0
 
     def walk(node: int, expr: Any, eager: bool) -> None:
         nonlocal branch
         kind = expr.getClass().getSimpleName()
-        if kind == "JsonToStructs" and eager:
+        gated = kind == "JsonToStructs" and expr.child().getClass().getSimpleName() == "CaseWhen"
+        if kind == "JsonToStructs" and eager and not gated:
             every.add((node, expr.canonicalized().toString()))
         elif kind == "JsonToStructs":
             branch += 1
