@@ -76,24 +76,33 @@ class Measurement:
         return 1000 * count / self.records
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(path: str) -> list[str] | None:
+    """A /proc ``stat`` file's fields after the command's name (0: state, 1: parent,
+    11 to 14: user, system, and reaped children's user and system CPU in ``TICKS``); None
+    when the process or thread is gone, or there is no /proc."""
+    try:
+        return Path(path).read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def tree_cpu_seconds(root: int | None = None) -> float:
     """CPU seconds (user and system) of a process and every live descendant, each with its
     reaped children's: what a run in this process, its JVM and Spark's Python workers have
     cost together (Linux /proc)."""
-    parents: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     spent: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-        parents[int(entry)] = int(fields[1])
-        spent[int(entry)] = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    tree, frontier = set(), [os.getpid() if root is None else root]
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        fields = proc_stat(f"/proc/{entry}/stat")
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+            spent[int(entry)] = sum(int(f) for f in fields[11:15]) / TICKS
+    total, frontier = 0.0, [os.getpid() if root is None else root]
     while frontier:
         pid = frontier.pop()
-        tree.add(pid)
-        frontier += [child for child, parent in parents.items() if parent == pid]
-    return sum(spent.get(pid, 0.0) for pid in tree)
+        total += spent.get(pid, 0.0)
+        frontier += children.get(pid, [])
+    return total

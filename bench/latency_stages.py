@@ -22,7 +22,6 @@ from __future__ import annotations
 import bisect
 import cProfile
 import json
-import os
 import re
 import threading
 import time
@@ -30,6 +29,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from common import TICKS, proc_stat
 
 from shardlog import constants as C
 
@@ -166,16 +167,14 @@ class LambdaStages:
         return figures
 
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _NUMBERED = re.compile(r"[-_]?\d+")
 
 
 def _task_cpu_s(native_id: int) -> float | None:
-    try:
-        fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = proc_stat(f"/proc/self/task/{native_id}/stat")
+    if fields is None:
         return None  # the thread ended, or no /proc
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 
 
 def _label(name: str) -> str:
@@ -237,11 +236,10 @@ class ProcessCpu:
         self.cpu_s = self.wall_s = 0.0
 
     def _sample(self) -> float:
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+        stat = proc_stat(f"/proc/{self.pid}/stat")
+        if stat is None:
             return 0.0  # the process ended, or no /proc
-        return (int(stat[11]) + int(stat[12])) / _TICKS  # utime, stime
+        return (int(stat[11]) + int(stat[12])) / TICKS  # utime, stime
 
     def start(self) -> None:
         self._cpu, self._wall = self._sample(), time.monotonic()

@@ -867,6 +867,15 @@ MUTATIONS = (
         ("tests/unit/test_worker_daemon.py",),
     ),
     Mutation(
+        "typed-decimal-precision-edge",
+        "a typed table refusing a decimal with more integer digits than its precision "
+        "leaves, from exactly 10^(precision - scale) on",
+        "shardlog/spark/payloads.py",
+        "F.abs(wide) >= F.lit(",
+        "F.abs(wide) > F.lit(",
+        ("tests/spark/test_typed_payloads.py",),
+    ),
+    Mutation(
         "typed-filter-gate",
         "a declared table with a record filter parsing only the records that are its own",
         "shardlog/spark/payloads.py",

@@ -180,7 +180,7 @@ def _object(text: Column, shape: JsonField, path: str, reads: _Reads, depth: int
     strict = reads.add(depth, read)
     not_object = _error(path or PAYLOAD, F.lit("not a JSON object"))
     errors = [F.when(strict.isNull(), not_object)]  # no text ("" or a missing object)
-    values, mistyped, too_big = [], [], []
+    values, leaves, too_big = [], [], []  # leaves: the properties read with a type of their own
     for key, node in shape.properties.items():
         where = f"{path}.{key}" if path else key
         present = strict[key].isNotNull()
@@ -198,13 +198,13 @@ def _object(text: Column, shape: JsonField, path: str, reads: _Reads, depth: int
             too_big.append(_too_big(read[key], node))
         values.append(value.alias(column_name(key)))
         errors += _bound_errors(value, node, where)
-        mistyped.append((key, where, node))
+        leaves.append((key, where, node))
     # Which property a refused record got wrong, in a column of the read's projection, so
     # the projections above it hold no parse and Spark compiles them into one stage. Its
     # condition repeats the read: Spark's subexpression elimination (on in every session,
     # ``shardlog.spark.session.JOB_CONF``) computes it once for both.
     suspect = F.coalesce(*(F.when(c, F.lit(True)) for c in too_big), read[_UNPARSED].isNotNull())
-    errors.insert(1, reads.add(depth, F.when(suspect, _refusal(text, not_object, mistyped))))
+    errors.insert(1, reads.add(depth, F.when(suspect, _refusal(text, not_object, leaves))))
     return _Level(F.struct(*values), errors)
 
 

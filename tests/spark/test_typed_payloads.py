@@ -172,6 +172,11 @@ def test_each_kind_of_refusal_is_named_by_its_field(spark: Any) -> None:
         {**GOOD, "day": "2023-02-29"},
         {**GOOD, "placedAt": "2024-02-30T10:00:00Z"},
         {**GOOD, "day": "2024-02-29"},  # a leap day is one
+        # decimal(10,2): eight integer digits at most, whatever the sign
+        {**GOOD, "amount": "99999999.99"},
+        {**GOOD, "amount": -99999999.99},
+        {**GOOD, "amount": "100000000"},
+        {**GOOD, "amount": "-100000000.00"},
     ]
     expected = spark.createDataFrame(
         [
@@ -201,6 +206,10 @@ def test_each_kind_of_refusal_is_named_by_its_field(spark: Any) -> None:
             (23, "day", "not a date string"),
             (24, "placedAt", "not a date-time string"),
             (25, None, None),
+            (26, None, None),
+            (27, None, None),
+            (28, "amount", "not a decimal(10,2)"),
+            (29, "amount", "not a decimal(10,2)"),
         ],
         "seq long, _error_field string, _error_reason string",
     )
