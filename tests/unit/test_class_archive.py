@@ -60,6 +60,21 @@ def test_another_pyspark_gets_an_archive_of_its_own(
     assert _archive() != before
 
 
+def test_another_checkouts_pyspark_gets_an_archive_of_its_own(
+    jdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same jars in another venv: another class path, which the JVM checks when it maps
+    an archive (it would run without this one)."""
+    archives = []
+    for checkout in ("a", "b"):
+        jars = tmp_path / checkout / "jars"
+        jars.mkdir(parents=True)
+        (jars / "spark-core.jar").write_bytes(b"1")
+        monkeypatch.setattr(class_archive, "_pyspark_jars", lambda jars=jars: jars)
+        archives.append(_archive())
+    assert archives[0] != archives[1]
+
+
 def test_off_without_java_or_when_turned_off(
     jdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
