@@ -1258,6 +1258,16 @@ MUTATIONS = (
         '        return value.decode("latin-1")',
         ("tests/functional/local/test_dynamodb_answers.py",),
     ),
+    Mutation(
+        "dynamodb-answer-shape",
+        "the embedded DynamoDB's direct answers leaving out what the operation's output shape "
+        "does not have, as moto's serializer does (else PutItem answers moto's internal "
+        "ConsumedCapacityUnits)",
+        "shardlog/local/dynamodb_answers.py",
+        "if k in members and v is not None",
+        "if v is not None",
+        ("tests/functional/local/test_dynamodb_answers.py",),
+    ),
 )
 
 

@@ -1,7 +1,7 @@
-"""The embedded DynamoDB answers GetItem and UpdateItem with the JSON moto's serializer writes
-(shardlog/local/dynamodb_answers.py): the same body, value for value, and the same content
-type, over HTTP, for every attribute type and every ReturnValues; the CRC32 botocore checks
-holds (a mismatch would fail the call)."""
+"""The embedded DynamoDB answers the requests that return items with the JSON moto's serializer
+writes (shardlog/local/dynamodb_answers.py): the same body, value for value, and the same
+content type, over HTTP, for every attribute type, every such operation and every
+ReturnValues; the CRC32 botocore checks holds (a mismatch would fail the call)."""
 
 from __future__ import annotations
 
@@ -31,12 +31,29 @@ EVERY_TYPE = {
 }
 
 
+OPERATIONS = (
+    "GetItem",
+    "UpdateItem",
+    "PutItem",
+    "DeleteItem",
+    "Query",
+    "Scan",
+    "BatchGetItem",
+    "TransactGetItems",
+)
+
+
+def test_every_answered_operation_is_tested() -> None:
+    answered = {name.replace("_", "") for name in dynamodb_answers.ANSWERED}
+    assert answered == {name.lower() for name in OPERATIONS}
+
+
 class Raw:
     """The HTTP answers botocore received (body and headers), by operation."""
 
     def __init__(self, aws: AwsEnv) -> None:
         self.answers: list[tuple[dict[str, Any], str]] = []
-        for operation in ("GetItem", "UpdateItem"):
+        for operation in OPERATIONS:
             aws.clients.dynamodb.meta.events.register(
                 f"before-parse.dynamodb.{operation}", self._note
             )
@@ -57,8 +74,9 @@ def _both(
     aws: AwsEnv, monkeypatch: pytest.MonkeyPatch, call: Callable[[str], Any]
 ) -> tuple[Answer, Answer]:
     """``call`` on a fresh item (given its partition id) answered directly, then by moto's
-    own serializer."""
+    own serializer; in each answer the item's partition id reads ``PID``."""
     raw = Raw(aws)
+    answers = []
     for own in (False, True):
         pid = f"answers-{uuid.uuid4().hex[:8]}"
         aws.clients.dynamodb.put_item(
@@ -74,7 +92,9 @@ def _both(
             before = len(raw.answers)
             call(pid)
             assert len(raw.answers) == before + 1
-    direct, own = raw.answers
+        body, content_type = raw.answers[-1]
+        answers.append((json.loads(json.dumps(body).replace(pid, "PID")), content_type))
+    direct, own = answers
     return direct, own
 
 
@@ -83,10 +103,8 @@ def _key(pid: str) -> dict[str, Any]:
 
 
 def _same(direct: Answer, own: Answer) -> None:
-    """The same answer but for the item's key (each call had an item of its own)."""
-    for body, _ in (direct, own):
-        body.get("Attributes", body.get("Item", {})).pop(C.ATTR_PARTITION_ID, None)
     assert direct == own
+    assert direct[1] == dynamodb_answers.JSON_CONTENT_TYPE
 
 
 def test_get_item_answers_as_moto_does(aws: AwsEnv, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,8 +117,7 @@ def test_get_item_answers_as_moto_does(aws: AwsEnv, monkeypatch: pytest.MonkeyPa
         ),
     )
     _same(direct, own)
-    assert set(direct[0]["Item"]) == set(EVERY_TYPE)
-    assert direct[1] == dynamodb_answers.JSON_CONTENT_TYPE
+    assert set(direct[0]["Item"]) == {C.ATTR_PARTITION_ID, *EVERY_TYPE}
     direct, own = _both(
         aws,
         monkeypatch,
@@ -132,4 +149,101 @@ def test_update_item_answers_as_moto_does(
         ),
     )
     _same(direct, own)
-    assert direct[1] == dynamodb_answers.JSON_CONTENT_TYPE
+
+
+@pytest.mark.parametrize("return_values", ["ALL_OLD", "NONE"])
+def test_put_and_delete_item_answer_as_moto_does(
+    aws: AwsEnv, monkeypatch: pytest.MonkeyPatch, return_values: str
+) -> None:
+    table = aws.config.partitions_table
+    put = _both(
+        aws,
+        monkeypatch,
+        lambda pid: aws.clients.dynamodb.put_item(
+            TableName=table,
+            Item={**_key(pid), "s": {"S": "replaced"}},
+            ReturnValues=return_values,
+            ReturnConsumedCapacity="TOTAL",
+        ),
+    )
+    _same(*put)
+    delete = _both(
+        aws,
+        monkeypatch,
+        lambda pid: aws.clients.dynamodb.delete_item(
+            TableName=table, Key=_key(pid), ReturnValues=return_values
+        ),
+    )
+    _same(*delete)
+    if return_values == "ALL_OLD":
+        assert put[0][0]["Attributes"]["b"] == delete[0][0]["Attributes"]["b"] != {}
+
+
+@pytest.mark.parametrize("limit", [None, 1])
+def test_query_and_scan_answer_as_moto_does(
+    aws: AwsEnv, monkeypatch: pytest.MonkeyPatch, limit: int | None
+) -> None:
+    table = aws.config.partitions_table
+    paging = {} if limit is None else {"Limit": limit}
+    query = _both(
+        aws,
+        monkeypatch,
+        lambda pid: aws.clients.dynamodb.query(
+            TableName=table,
+            KeyConditionExpression="#p = :p",
+            ExpressionAttributeNames={"#p": C.ATTR_PARTITION_ID},
+            ExpressionAttributeValues={":p": {"S": pid}},
+            ConsistentRead=True,
+            **paging,
+        ),
+    )
+    _same(*query)
+    assert query[0][0]["Count"] == 1 and len(query[0][0]["Items"]) == 1
+    scan = _both(
+        aws,
+        monkeypatch,
+        lambda pid: aws.clients.dynamodb.scan(
+            TableName=table,
+            FilterExpression="#p = :p",
+            ExpressionAttributeNames={"#p": C.ATTR_PARTITION_ID},
+            ExpressionAttributeValues={":p": {"S": pid}},
+            ConsistentRead=True,
+        ),
+    )
+    # The second scan reads one item more (each call puts an item of its own).
+    assert scan[0][0].pop("ScannedCount") == scan[1][0].pop("ScannedCount") - 1
+    _same(*scan)
+    assert scan[0][0]["Count"] == 1
+    counted = _both(
+        aws, monkeypatch, lambda pid: aws.clients.dynamodb.scan(TableName=table, Select="COUNT")
+    )
+    assert "Items" not in counted[0][0]
+    assert counted[0][0]["Count"] == counted[1][0]["Count"] - 1  # one item more the second time
+
+
+def test_batch_and_transact_gets_answer_as_moto_does(
+    aws: AwsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = aws.config.partitions_table
+    batch = _both(
+        aws,
+        monkeypatch,
+        lambda pid: aws.clients.dynamodb.batch_get_item(
+            RequestItems={table: {"Keys": [_key(pid), _key(pid + "-none")], "ConsistentRead": True}}
+        ),
+    )
+    _same(*batch)
+    assert len(batch[0][0]["Responses"][table]) == 1
+    transact = _both(
+        aws,
+        monkeypatch,
+        lambda pid: aws.clients.dynamodb.transact_get_items(
+            TransactItems=[
+                {"Get": {"TableName": table, "Key": _key(pid)}},
+                {"Get": {"TableName": table, "Key": _key(pid + "-none")}},
+            ],
+            ReturnConsumedCapacity="TOTAL",
+        ),
+    )
+    _same(*transact)
+    assert transact[0][0]["Responses"][1] == {}
