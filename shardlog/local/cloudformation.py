@@ -25,12 +25,11 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from moto import backends
 from moto.athena.models import athena_backends
-from moto.cloudformation import parsing
 from moto.core.common_models import CloudFormationModel
 from moto.emrserverless.models import emrserverless_backends
 from moto.glue.models import glue_backends
-from moto.sqs.models import Queue
 
 # What the embedded CloudFormation does not create, and why its absence is safe here.
 SKIPPED_TYPES: Final[Mapping[str, str]] = {
@@ -62,6 +61,7 @@ SKIPPED_TYPES: Final[Mapping[str, str]] = {
 
 _lock = threading.Lock()
 _applied = False
+_hooked = False
 
 
 def _camel(value: Any) -> Any:
@@ -248,8 +248,8 @@ def _fifo_names(original: Any) -> Any:
 
 
 def supported_types() -> set[str]:
-    """The resource types moto's CloudFormation creates (after ``apply()``)."""
-    return set(parsing.get_model_map())
+    """The resource types moto's CloudFormation creates (with this module's models)."""
+    return set(_installed().get_model_map())
 
 
 def unsupported_types(resource_types: Iterable[str]) -> set[str]:
@@ -259,16 +259,40 @@ def unsupported_types(resource_types: Iterable[str]) -> set[str]:
         t
         for t in resource_types
         if (t in SKIPPED_TYPES or t not in supported or t.startswith("Custom::"))
-        and t not in parsing.NULL_MODELS
+        and t not in _installed().NULL_MODELS
     }
 
 
 def apply() -> None:
-    """Register the models (idempotent). Call before the first CreateStack."""
+    """Register the models (idempotent) once moto's CloudFormation is first used: its parsing
+    module imports the model of every service it can create (EC2's regions and instance
+    types, Auto Scaling, API Gateway's OpenAPI validator), 1.4 s of CPU that every process
+    starting the embedded AWS paid at import (``shardlog local up`` starts two), used only
+    by a CreateStack."""
+    global _hooked
+    with _lock:
+        if _hooked:
+            return
+        original = backends.get_backend
+
+        def get_backend(name: Any) -> Any:
+            if name == "cloudformation":
+                _installed()
+            return original(name)
+
+        backends.get_backend = get_backend  # type: ignore[assignment]
+        _hooked = True
+
+
+def _installed() -> Any:
+    """moto's CloudFormation parsing, with the models registered (idempotent)."""
     global _applied
+    from moto.cloudformation import parsing
+    from moto.sqs.models import Queue
+
     with _lock:
         if _applied:
-            return
+            return parsing
         # moto lists its models from CloudFormationModel's subclasses, cached on first use:
         # importing this module defined ours, so forget any list made before.
         for resource_type in SKIPPED_TYPES:
@@ -283,3 +307,4 @@ def apply() -> None:
         parsing.get_model_map.cache_clear()
         parsing.get_name_type_map.cache_clear()
         _applied = True
+        return parsing

@@ -41,9 +41,9 @@ def apply_fidelity() -> None:
     conditional_writes.apply()
     transactions.apply()  # a cancelled transaction undone in place, not by table copies
     expressions.apply()  # update expressions parsed once, their sections counted once
-    dynamodb_answers.apply()  # GetItem and UpdateItem answered without moto's serializer
+    dynamodb_answers.apply()  # item answers (GetItem, Query, ...) without moto's serializer
     emr_serverless.apply()  # job runs execute with a local spark-submit
-    cloudformation.apply()  # the stack's EMR application, Glue database, Athena workgroup
+    cloudformation.apply()  # the stack's EMR application, Glue db, Athena workgroup (lazily)
     event_source_mappings.apply()  # mappings leave streams and queues to the local sources
     glue_fidelity.apply()  # UpdateTable honours VersionId: Iceberg's optimistic lock
     http_server.remember_action_names()  # moto lists a class's methods on every request
