@@ -76,8 +76,8 @@ test:
 # other step waits for: here it runs beside them, and skips the packages' own test suites
 # (a fifth of their modules; a module compiled here or not is the same module). `make
 # test`'s set-up on a clean clone: the install 75 s then the rest 44 s before, 36 s then
-# 65 s with the compile moved, 42 s then 58 s with the test suites skipped. Python checks each .pyc
-# against its source's size and time, so a stale one is never used.
+# 65 s with the compile moved, 42 s then 58 s with the test suites skipped. Python checks
+# each .pyc against its source's size and time, so a stale one is never used.
 bytecode: $(VENV)/.compiled
 	$(BIN)/python -m compileall -q -j 0 shardlog lambdas infra spark_jobs tests bench scripts app.py
 
