@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardlog.aws import AwsConfig, Clients, new_session, shared_loader
+from shardlog.aws import AwsConfig, Clients, new_botocore_session, new_session, shared_loader
 
 
 def test_sessions_share_the_loader_but_not_credentials_or_hooks() -> None:
@@ -28,3 +28,31 @@ def test_the_shared_loader_search_path_does_not_grow_with_sessions() -> None:
         Clients(config=AwsConfig(region="us-east-1")).s3  # noqa: B018
     assert shared_loader().search_paths == paths
     assert len(paths) == len(set(paths))
+
+
+def test_a_new_session_has_botocores_built_in_handlers_and_its_own_registrations() -> None:
+    """Sessions start from a copy of one emitter of botocore's built-in handlers: the same
+    handlers, in the same order, for every built-in event; what one registers, no other
+    session sees."""
+    from botocore import handlers
+    from botocore.session import Session
+
+    ours = new_botocore_session()._original_handler  # type: ignore[attr-defined]
+    fresh = Session()._original_handler  # type: ignore[attr-defined]
+    events = {spec[0] for spec in handlers.BUILTIN_HANDLERS}
+    assert len(events) > 100
+    for event in events:
+        assert list(ours._handlers.prefix_search(event)) == list(
+            fresh._handlers.prefix_search(event)
+        ), event
+    first, second = new_botocore_session(), new_botocore_session()
+    first.register("before-send.s3.GetObject", _hook)
+    assert _hook in first._original_handler._handlers.prefix_search("before-send.s3.GetObject")  # type: ignore[attr-defined]
+    assert _hook not in second._original_handler._handlers.prefix_search("before-send.s3.GetObject")  # type: ignore[attr-defined]
+    assert _hook not in new_botocore_session()._original_handler._handlers.prefix_search(  # type: ignore[attr-defined]
+        "before-send.s3.GetObject"
+    )
+
+
+def _hook(**_: object) -> None:
+    return None
