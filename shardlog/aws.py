@@ -16,9 +16,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import boto3
+import botocore.handlers
 import botocore.session
 import botocore.utils
 from botocore.config import Config
+from botocore.hooks import EventAliaser, HierarchicalEmitter
 from botocore.loaders import Loader, create_loader
 from dateutil.tz import tzlocal
 
@@ -79,19 +81,28 @@ def parse_timestamp(value: Any) -> datetime:
     return botocore.utils.parse_timestamp(value)
 
 
-_BUILTIN_HANDLERS: Any = None
+_BUILTIN_HANDLERS: tuple[tuple[Any, ...], Any] | None = None
 
 
 def _builtin_handlers() -> Any:
     """A new event emitter holding botocore's built-in handlers, as a new session registers
-    them: a copy of one session's (botocore copies its session's emitter the same way for
-    every client). Registering them took 22 of a session's 25 ms of CPU, and every process
-    of a lake run, every worker and writer of the tests builds sessions of its own."""
+    them: a copy of one emitter (botocore copies its session's emitter the same way for
+    every client), made again whenever the list of built-in handlers changed (moto adds its
+    stubber to it when imported). Registering them took 22 of a session's 25 ms of CPU, and
+    every process of a lake run, every worker and writer of the tests builds sessions of
+    its own."""
     global _BUILTIN_HANDLERS
+    builtin = tuple(botocore.handlers.BUILTIN_HANDLERS)
     with _LOADER_LOCK:
-        if _BUILTIN_HANDLERS is None:
-            _BUILTIN_HANDLERS = botocore.session.Session()._original_handler  # type: ignore[attr-defined]
-        return copy.copy(_BUILTIN_HANDLERS)
+        if _BUILTIN_HANDLERS is None or _BUILTIN_HANDLERS[0] != builtin:
+            # botocore's own registration, on a bare session: not through __init__, whose
+            # initializers (Powertools' user agent) each session then runs once itself.
+            emitter = HierarchicalEmitter()
+            bare = botocore.session.Session.__new__(botocore.session.Session)
+            bare._events = EventAliaser(emitter)  # type: ignore[attr-defined]
+            bare._register_builtin_handlers(bare._events)  # type: ignore[attr-defined]
+            _BUILTIN_HANDLERS = (builtin, emitter)
+        return copy.copy(_BUILTIN_HANDLERS[1])
 
 
 def new_botocore_session() -> botocore.session.Session:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
+import pytest
+
 from shardlog.aws import AwsConfig, Clients, new_botocore_session, new_session, shared_loader
 
 
@@ -42,9 +47,7 @@ def test_a_new_session_has_botocores_built_in_handlers_and_its_own_registrations
     events = {spec[0] for spec in handlers.BUILTIN_HANDLERS}
     assert len(events) > 100
     for event in events:
-        assert list(ours._handlers.prefix_search(event)) == list(
-            fresh._handlers.prefix_search(event)
-        ), event
+        assert _named(ours, event) == _named(fresh, event), event
     first, second = new_botocore_session(), new_botocore_session()
     first.register("before-send.s3.GetObject", _hook)
     assert _hook in first._original_handler._handlers.prefix_search("before-send.s3.GetObject")  # type: ignore[attr-defined]
@@ -56,3 +59,28 @@ def test_a_new_session_has_botocores_built_in_handlers_and_its_own_registrations
 
 def _hook(**_: object) -> None:
     return None
+
+
+def _named(emitter: Any, event: str) -> list[object]:
+    """The handlers of ``event``, in order: a function by its name (a session's initializers,
+    such as Powertools' user agent, register a closure of their own on each), anything else
+    by itself."""
+    return [
+        (h.__module__, h.__qualname__) if inspect.isfunction(h) else h
+        for h in emitter._handlers.prefix_search(event)
+    ]
+
+
+def test_a_built_in_handler_added_later_is_in_every_later_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moto adds its stubber to botocore's built-in handlers when it is imported: a session
+    made afterwards has it, as botocore's own would."""
+    from botocore import handlers
+
+    new_botocore_session()
+    monkeypatch.setattr(
+        handlers, "BUILTIN_HANDLERS", [*handlers.BUILTIN_HANDLERS, ("before-send", _hook)]
+    )
+    later = new_botocore_session()._original_handler  # type: ignore[attr-defined]
+    assert _hook in later._handlers.prefix_search("before-send.s3.GetObject")

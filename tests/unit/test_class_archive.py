@@ -75,6 +75,20 @@ def test_another_checkouts_pyspark_gets_an_archive_of_its_own(
     assert archives[0] != archives[1]
 
 
+def test_a_reinstalled_jar_gets_an_archive_of_its_own(
+    jdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same jar written again (a new venv at the same path): the JVM checks each jar's
+    time too, and would run without the archive of the one before."""
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "spark-core.jar").write_bytes(b"1")
+    monkeypatch.setattr(class_archive, "_pyspark_jars", lambda: jars)
+    before = _archive()
+    os.utime(jars / "spark-core.jar", ns=(1, 1))
+    assert _archive() != before
+
+
 def test_off_without_java_or_when_turned_off(
     jdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
