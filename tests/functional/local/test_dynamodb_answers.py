@@ -179,6 +179,15 @@ def test_put_and_delete_item_answer_as_moto_does(
         assert put[0][0]["Attributes"]["b"] == delete[0][0]["Attributes"]["b"] != {}
 
 
+def _of(pid: str) -> dict[str, Any]:
+    """A consistent read's condition on ``pid`` (``#p = :p``)."""
+    return {
+        "ExpressionAttributeNames": {"#p": C.ATTR_PARTITION_ID},
+        "ExpressionAttributeValues": {":p": {"S": pid}},
+        "ConsistentRead": True,
+    }
+
+
 @pytest.mark.parametrize("limit", [None, 1])
 def test_query_and_scan_answer_as_moto_does(
     aws: AwsEnv, monkeypatch: pytest.MonkeyPatch, limit: int | None
@@ -189,12 +198,7 @@ def test_query_and_scan_answer_as_moto_does(
         aws,
         monkeypatch,
         lambda pid: aws.clients.dynamodb.query(
-            TableName=table,
-            KeyConditionExpression="#p = :p",
-            ExpressionAttributeNames={"#p": C.ATTR_PARTITION_ID},
-            ExpressionAttributeValues={":p": {"S": pid}},
-            ConsistentRead=True,
-            **paging,
+            TableName=table, KeyConditionExpression="#p = :p", **_of(pid), **paging
         ),
     )
     _same(*query)
@@ -203,11 +207,7 @@ def test_query_and_scan_answer_as_moto_does(
         aws,
         monkeypatch,
         lambda pid: aws.clients.dynamodb.scan(
-            TableName=table,
-            FilterExpression="#p = :p",
-            ExpressionAttributeNames={"#p": C.ATTR_PARTITION_ID},
-            ExpressionAttributeValues={":p": {"S": pid}},
-            ConsistentRead=True,
+            TableName=table, FilterExpression="#p = :p", **_of(pid)
         ),
     )
     # The second scan reads one item more (each call puts an item of its own).
