@@ -84,3 +84,32 @@ def test_a_built_in_handler_added_later_is_in_every_later_session(
     )
     later = new_botocore_session()._original_handler  # type: ignore[attr-defined]
     assert _hook in later._handlers.prefix_search("before-send.s3.GetObject")
+
+
+def _without_get_item(class_attributes: dict[str, Any], **_: object) -> None:
+    class_attributes.pop("get_item")
+
+
+def test_clients_share_their_operations_methods_and_each_session_shapes_its_own_class() -> None:
+    """A client's methods are made once per service model: two sessions' clients have the
+    same functions. The class is still each client's: what one session's
+    ``creating-client-class`` handler takes away, the next session's client has."""
+    import boto3
+
+    endpoint = "http://127.0.0.1:9"
+    first = Clients(config=AwsConfig(region="us-east-1"), endpoint_url=endpoint).dynamodb
+    shaped = new_session("us-east-1")
+    shaped.events.register("creating-client-class.dynamodb", _without_get_item)
+    trimmed = Clients(shaped, endpoint_url=endpoint).dynamodb
+    later = Clients(config=AwsConfig(region="us-east-1"), endpoint_url=endpoint).dynamodb
+    assert type(first) is not type(later)
+    assert type(first).query is type(later).query
+    assert not hasattr(trimmed, "get_item")
+    assert type(later).get_item is type(first).get_item
+    assert later.meta.method_to_api_mapping["get_item"] == "GetItem"
+    # A session of another loader makes its clients' methods as botocore does: anew for
+    # each client.
+    plain = boto3.session.Session(region_name="us-east-1")
+    one, two = (plain.client("dynamodb", endpoint_url=endpoint) for _ in range(2))
+    assert type(one).query is not type(two).query
+    assert type(one).query is not type(first).query
