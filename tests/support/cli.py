@@ -107,10 +107,22 @@ def local_up_process(
 
 def kinesis_for(state: dict[str, Any]) -> Any:
     """A plain boto3 Kinesis client of a `local up` (no shardlog code), any credentials."""
+    return _plain_client("kinesis", state)
+
+
+def _plain_client(service: str, state: dict[str, Any]) -> Any:
     return boto3.client(
-        "kinesis",
+        service,
         endpoint_url=state["endpointUrl"],
         region_name=state["region"],
         aws_access_key_id="anything",
         aws_secret_access_key="anything",
     )
+
+
+def segment_versions(state: dict[str, Any]) -> set[int]:
+    """The format versions of the segments a `local up` holds in S3 (the byte after the
+    magic: 1, or 2 with record ids, uncompressed; 3 compressed; docs/FORMAT.md)."""
+    s3 = _plain_client("s3", state)
+    listed = s3.list_objects_v2(Bucket=state["bucket"], Prefix="events/")["Contents"]
+    return {s3.get_object(Bucket=state["bucket"], Key=o["Key"])["Body"].read()[4] for o in listed}

@@ -1,5 +1,6 @@
 """Acceptance: plain boto3 (no shardlog code) produces into `shardlog local up` across a
-split and a merge; every record appears in `shardlog read` exactly once, in per-key order."""
+split and a merge; every record appears in `shardlog read` exactly once, in per-key order,
+from segments stored as the default setting says (zlib, where it pays)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from tests.support.cli import kinesis_for, shardlog_subprocess, wait_for
+from shardlog import constants as C
+from tests.support.cli import kinesis_for, segment_versions, shardlog_subprocess, wait_for
 
 
 def test_plain_boto3_across_split_and_merge(local_up: Any) -> None:
@@ -69,3 +71,7 @@ def test_plain_boto3_across_split_and_merge(local_up: Any) -> None:
             body = json.loads(base64.b64decode(json.loads(line)["data"]))
             seen[body["k"]].append(body["n"])
     assert {k: v for k, v in seen.items()} == {k: list(range(n)) for k, n in counters.items()}
+    # The default codec: zlib where it saves a tenth, else the segment as it is.
+    assert C.DEFAULT_SEGMENT_COMPRESSION == "zlib"
+    versions = segment_versions(state)
+    assert 3 in versions and versions <= {1, 3}
