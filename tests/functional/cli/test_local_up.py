@@ -1,6 +1,7 @@
 """Acceptance: plain boto3 (no shardlog code) produces into `shardlog local up` across a
 split and a merge; every record appears in `shardlog read` exactly once, in per-key order,
-from segments stored as the default setting says (zlib, where it pays)."""
+from segments stored as the default setting says (zlib, where it pays); the console it
+starts beside the API serves the same partitions."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from shardlog import constants as C
 from tests.support.cli import kinesis_for, segment_versions, shardlog_subprocess, wait_for
+from tests.support.console import cells, http
 
 
 def test_plain_boto3_across_split_and_merge(local_up: Any) -> None:
@@ -56,6 +58,13 @@ def test_plain_boto3_across_split_and_merge(local_up: Any) -> None:
     rows = json.loads(shardlog_subprocess(state_file, "status", "--json"))
     assert len(rows) == 6
     ids = {r["partitionId"]: r for r in rows}
+    # The console of this runtime: its URL in the state file, every partition on its page.
+    wait_for(lambda: "consoleUrl" in json.loads(state_file.read_text()), "the console's URL")
+    url = json.loads(state_file.read_text())["consoleUrl"]
+    assert url.startswith("http://127.0.0.1:")
+    status, page = http(url + "/")
+    assert status == 200 and "read-only" in page
+    assert sorted(cells(page).tables["partitions"]) == sorted(ids)
     ordered: list[str] = []
     while len(ordered) < len(ids):  # parents before children
         ordered += [
