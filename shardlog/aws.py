@@ -98,11 +98,12 @@ def _shared_client_methods(create_methods: Any) -> Any:
     def methods(creator: Any, service_model: Any) -> dict[str, Any]:
         if creator._loader is not _SHARED_LOADER:
             return create_methods(creator, service_model)  # type: ignore[no-any-return]
-        # The loader caches each model's description: one per service and API version.
+        # The loader caches each model's description: one per service and API version. The
+        # entry holds it, so no other object takes its id.
         description = service_model._service_description
         with _LOADER_LOCK:
             cached = _CLIENT_METHODS.get(id(description))
-        if cached is None or cached[0] is not description:
+        if cached is None:
             cached = (description, create_methods(creator, service_model))
             with _LOADER_LOCK:
                 _CLIENT_METHODS[id(description)] = cached
