@@ -15,10 +15,11 @@ baseline is the floor with the same bound (the same S3 over HTTP), so Spark's "w
 the baseline's fetch-to-PUT steps is what Spark itself adds (scheduling, Python workers,
 Arrow serialisation, the shuffle by file). Both read from and write to the same S3 (moto), so
 the figures are mostly decode + Parquet + HTTP cost on this machine, not EMR's.
-Then typed compaction (``--typed-records``): a log of JSON orders compacted raw and into a
-declared table (``shardlog.spark.typed``: the parse in the JVM, as DataFrame transforms) on
-the same session, after a typed warm-up run of its own, records/s of each and the ratio:
-``--typed-rounds`` pairs of runs, each into tables of its own, the median pair's.
+Then typed compaction (``--typed-records``): a log of JSON orders compacted raw and then into
+a declared table (``shardlog.spark.typed``: the parse in the JVM, as DataFrame transforms) as
+one job run does it (the typed table reads the raw run's files, not the log again), on the
+same session, after a warm-up run of its own, records/s of each and the ratio:
+``--typed-rounds`` runs, each into tables of its own, the median run's.
 The session runs the JVM with the service's JIT (``SERVICE_JIT``), not the tests' C1 only.
 Last, right-sized files: a day of small files, as ``--rewrite-runs`` hourly compaction runs
 leave them (the compaction's own file write and commit, no Spark), rewritten by
@@ -272,9 +273,9 @@ FROM events GROUP BY 1"""
 
 # Records of the typed warm-up: the JIT still compiles the parse's paths well past 20,000.
 TYPED_WARMUP = 100_000
-# Raw and typed runs in pairs: one pair's ratio moved from 0.57x to 0.75x between runs of
+# Job runs, each raw then typed: one pair's ratio moved from 0.57x to 0.75x between runs of
 # the same code on this machine (the raw run's records/s most: 95,093 to 149,033); the
-# median of three pairs, each pair's order alternating, is the figure.
+# median of three is the figure.
 TYPED_ROUNDS = 3
 
 
@@ -286,18 +287,41 @@ def order(i: int) -> bytes:
     ).encode()  # fmt: skip
 
 
+def job_run(
+    spark: Any, config: ShardlogConfig, args: JobArgs, declared: Any, run_id: str
+) -> tuple[dict[str, float], dict[str, int]]:
+    """One job run's two steps (``spark_jobs.compact``), each timed, wall and the tree's
+    CPU: the raw table's run, then the declared table's from what the raw run committed;
+    the records each compacted (and the typed run read from the raw run's files)."""
+    from shardlog.lake.catalog import open_table
+    from shardlog.spark.compaction import CompactionReport
+    from shardlog.spark.typed import compact_typed
+    from spark_jobs.compact import compact_raw
+
+    clients = config.clients()
+    seconds: dict[str, float] = {}
+    started, cpu = time.perf_counter(), common.tree_cpu_seconds()
+    report = CompactionReport(run_id=run_id)
+    raw = compact_raw(spark, clients, args, open_table(args.lake(), create=True), report)
+    seconds["raw"] = time.perf_counter() - started
+    seconds["rawCpu"] = common.tree_cpu_seconds() - cpu
+    started, cpu = time.perf_counter(), common.tree_cpu_seconds()
+    typed = compact_typed(spark, clients, args, declared, run_id, raw)
+    seconds["typed"] = time.perf_counter() - started
+    seconds["typedCpu"] = common.tree_cpu_seconds() - cpu
+    return seconds, {"raw": report.records, "typed": typed.typed, "fromRaw": typed.from_raw}
+
+
 def bench_typed(
     spark: Any, aws: EmbeddedAWS, records: int, segment_records: int, rounds: int = TYPED_ROUNDS
 ) -> dict[str, Any]:
-    """Raw and typed compaction of the same JSON log in the same run, ``rounds`` times, each
-    round into tables of its own, the first of a pair alternating (records/s of each, the
-    ratio of each round and their median), then one question asked with DuckDB of the
-    first round's typed table and of its ``events`` with json_extract (seconds, ratio; the
-    answers must agree)."""
+    """Raw and typed compaction of the same JSON log as one job run does them (raw, then the
+    typed table from what the raw run committed: ``spark_jobs.compact``), ``rounds`` times,
+    each round into tables of its own (records/s of each, the ratio of each round and their
+    median), then one question asked with DuckDB of the first round's typed table and of
+    its ``events`` with json_extract (seconds, ratio; the answers must agree)."""
     from shardlog.lake.declared import parse_lake_tables
     from shardlog.lake.sql import S3Access, connect, metadata_locations
-    from shardlog.spark.typed import compact_typed
-    from spark_jobs.compact import compact
 
     declared = parse_lake_tables(ORDERS, "bench").tables[0]
     warmup = common.named_log("bench-typed-warmup", aws.endpoint_url)
@@ -305,7 +329,7 @@ def bench_typed(
     write_log(warmup, min(records, TYPED_WARMUP), segment_records, payload=order)
     warmup_args = replace(bench_args(warmup), lake_tables=json.dumps(ORDERS))
     # The JIT's work on the parse, what a long-lived job has paid (as the raw run's warm-up).
-    compact_typed(spark, warmup.clients(), warmup_args, declared, "bench-typed-warmup")
+    job_run(spark, warmup, warmup_args, declared, "bench-typed-warmup")
     config = common.named_log("bench-typed", aws.endpoint_url)
     provision(config.clients(), config, shard_count=1)
     write_log(config, records, segment_records, payload=order)
@@ -313,19 +337,15 @@ def bench_typed(
     pairs = []
     for n in range(rounds):
         database = first.lake_table.split(".")[0] + (f"_round{n}" if n else "")
-        raw_args = replace(first, max_records=10**9, lake_table=f"{database}.events")
-        args = replace(raw_args, lake_tables=json.dumps(ORDERS))  # raw_args: no declared table
-        seconds = {}
-        for name in ("raw", "typed") if n % 2 == 0 else ("typed", "raw"):
-            started, cpu = time.perf_counter(), common.tree_cpu_seconds()
-            if name == "raw":
-                done = compact(spark, raw_args).records
-            else:
-                done = compact_typed(spark, config.clients(), args, declared, f"typed-{n}").typed
-            seconds[name] = time.perf_counter() - started
-            seconds[f"{name}Cpu"] = common.tree_cpu_seconds() - cpu
-            if done != records:
-                raise SystemExit(f"round {n}: {name} compacted {done} of {records} records")
+        args = replace(
+            first,
+            max_records=10**9,
+            lake_table=f"{database}.events",
+            lake_tables=json.dumps(ORDERS),
+        )
+        seconds, done = job_run(spark, config, args, declared, f"round-{n}")
+        if done != {"raw": records, "typed": records, "fromRaw": records}:
+            raise SystemExit(f"round {n}: of {records} records, {done}")
         pairs.append(seconds)
     args = replace(first, lake_tables=json.dumps(ORDERS))
     lake = args.lake()
@@ -531,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             f"typed compaction of {typed['records']:,} JSON records: "
             f"{typed['typedRecordsPerSecond']:,.0f} records/s against raw "
             f"{typed['rawRecordsPerSecond']:,.0f} in the same run: {typed['typedVsRaw']}x "
-            f"(the median of {len(typed['rounds'])} pairs: "
+            f"(the median of {len(typed['rounds'])} job runs, raw then typed: "
             f"{', '.join(str(r['typedVsRaw']) for r in typed['rounds'])}); per CPU second "
             f"{typed['typedVsRawCpu']}x ("
             f"{', '.join(str(r['typedVsRawCpu']) for r in typed['rounds'])})"

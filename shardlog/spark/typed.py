@@ -10,8 +10,10 @@ and ``T_rejected`` (the records that are T's and do not: never dropped). Per run
    their watermarks ``W_T``, ``W_R``;
 2. **plan** per partition whole committed segments from ``W_T`` (``plan_batches``, as the
    raw table's compaction);
-3. **write** (executors, one Spark job): read the chunks' segments as records
-   (``SegmentRecords``), parse them (``shardlog.spark.payloads``: DataFrame transforms),
+3. **write** (executors, one Spark job): read the chunks' records (``BatchRecords``: from
+   the raw table's files this job's raw compaction just committed when they hold the
+   chunk, ``RawBatch``, else from the log's segments), parse them
+   (``shardlog.spark.payloads``: DataFrame transforms),
    and write each chunk's typed rows as T's data files and its rejected rows at or above
    ``W_R`` as T_rejected's (``TypedWriter``); rejected rows below ``W_R`` are already in
    T_rejected and are skipped. Each chunk also reports what it saw;
@@ -26,6 +28,11 @@ and ``T_rejected`` (the records that are T's and do not: never dropped). Per run
    table** (``mode: upsert``) instead folds the typed files' rows, staged, into T: the
    newest row per key, one snapshot, the same watermark check (``shardlog.lake.upsert``);
    it reads a child partition only once each parent is wholly in T (step 2).
+
+Where a chunk's records come from does not change what it holds: the raw table's commit in
+this job holds each of the partition's records in ``[start, end)`` once, and the reader
+checks a chunk's rows are its seqs, each once, in order (as ``check_segment`` does a
+segment's): so the log is decoded once per run, not once per table.
 
 Why exactly once: the parse is a function of the record and the declaration, so two runs
 find the same rejected records in the same seqs. ``W_R`` is the next seq whose rejection
@@ -91,6 +98,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TYPED, REJECTS = "typed", "rejected"  # the two tables' files
 SEEN, SKIPPED, FILTERED = "seen", "skipped", "filtered"  # a chunk's counts (no file)
+FROM_RAW = "from_raw"  # a chunk read from the raw table's files (the driver's count)
 # The raw compaction's file stats, and a kind: which table's file, or a chunk's count.
 STATS_SCHEMA = f"kind string, {FILE_STATS_SCHEMA}"
 _ARROW_STATS = pa.schema([pa.field("kind", pa.string()), *ARROW_FILE_STATS])
@@ -118,6 +126,7 @@ class TypedReport:
     typed: int = 0
     rejected: int = 0  # newly in the dead-letter table
     filtered: int = 0  # not the table's (its record filter)
+    from_raw: int = 0  # of the batch, read from the raw table's files (the rest: the log's)
     files: int = 0
     snapshot_id: int | None = None
     rejected_snapshot_id: int | None = None
@@ -163,21 +172,105 @@ class TypedTables:
 
 # --- 3. write (executors) ----------------------------------------------------------------
 @dataclass(frozen=True)
-class SegmentRecords:
-    """A task per chunk: its segments' records in the columns the typed job reads
-    (``PARSE_INPUT``), each segment checked to be the one planned (density)."""
+class RawBatch:
+    """What this job's raw compaction committed to the raw table (``spark_jobs.compact``):
+    per partition the seqs ``[start, end)`` of its batch, and the data files holding them
+    (their stats: ``file_key``, ``partition_id``, ``first_seq``, ``last_seq``). A typed
+    table reads a chunk the batch holds from these files: the log decoded once a run."""
+
+    bucket: str
+    ranges: Mapping[str, tuple[int, int]]
+    files: Sequence[Mapping[str, Any]]
+
+    def holding(self, partition_id: str, start: int, end: int) -> list[str]:
+        """The keys of the files holding the partition's seqs ``[start, end)``; [] unless
+        the batch holds every one of them."""
+        low, high = self.ranges.get(partition_id, (0, 0))
+        if not low <= start < end <= high:
+            return []
+        return [
+            f["file_key"]
+            for f in self.files
+            if f["partition_id"] == partition_id and f["first_seq"] < end and f["last_seq"] >= start
+        ]
+
+
+# A typed job's task: a chunk (a partition's consecutive whole segments) and, when the raw
+# batch holds it, the raw files to read it from.
+TASK_SCHEMA = "partition_id string, bounds array<long>, raw_files array<string>"
+
+
+def typed_tasks(
+    plans: Sequence[BatchPlan], target_records: int, raw: RawBatch | None
+) -> list[tuple[str, list[int], list[str]]]:
+    """The batches' chunks (``chunks``), each cut where the raw batch starts and ends (at
+    segment boundaries), so the part it holds is read from its files, the rest from the
+    log: ``(partition, boundaries, raw files)``."""
+    ranges = raw.ranges if raw else {}
+    tasks = []
+    for partition_id, bounds in chunks(plans, target_records):
+        cuts = [
+            bounds.index(c) for c in sorted(set(ranges.get(partition_id, ()))) if c in bounds[1:-1]
+        ]
+        for lo, hi in itertools.pairwise([0, *cuts, len(bounds) - 1]):
+            part = bounds[lo : hi + 1]
+            files = raw.holding(partition_id, part[0], part[-1]) if raw else []
+            tasks.append((partition_id, part, files))
+    return tasks
+
+
+@dataclass(frozen=True)
+class BatchRecords:
+    """A task per chunk: its records in the columns the typed job reads (``PARSE_INPUT``),
+    from the raw files it names (its rows checked to be the chunk's seqs, each once, in
+    order) or else from its segments (each checked to be the one planned: density)."""
 
     config: ShardlogConfig
+    raw_bucket: str = ""  # where the raw table's files live (``RawBatch.bucket``)
 
     def __call__(self, tasks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        store = SegmentStore(self.config.clients(), self.config.bucket)
+        clients = self.config.clients()
+        store = SegmentStore(clients, self.config.bucket)
         for batch in tasks:
             for task in batch.to_pylist():
                 partition_id, bounds = task["partition_id"], task["bounds"]
+                if task["raw_files"]:
+                    rows = raw_rows(clients.s3, self.raw_bucket, task["raw_files"])
+                    yield from chunk_rows(rows, partition_id, bounds[0], bounds[-1]).to_batches()
+                    continue
                 for first_seq, next_seq in itertools.pairwise(bounds):
                     segment = store.fetch(partition_id, first_seq)
                     check_segment(segment, partition_id, first_seq, next_seq)
                     yield PARSE_INPUT.records(segment)
+
+
+def raw_rows(s3: Any, bucket: str, keys: Sequence[str]) -> pa.Table:
+    """The ``PARSE_INPUT`` columns of the raw table's files (one GetObject each)."""
+    names = list(PARSE_INPUT.schema.names)
+    parts = [
+        pq.read_table(pa.BufferReader(s3.get_object(Bucket=bucket, Key=key)["Body"].read()),
+                      columns=names, partitioning=None)
+        for key in keys
+    ]  # fmt: skip
+    return pa.concat_tables(parts).cast(PARSE_INPUT.schema.arrow())
+
+
+def chunk_rows(rows: pa.Table, partition_id: str, start: int, end: int) -> pa.Table:
+    """The rows of the partition's seqs ``[start, end)``, in seq order; ``CompactionError``
+    unless each of those seqs is there exactly once (the chunk whole, nothing doubled)."""
+    mine = rows.filter(
+        pc.and_(
+            pc.equal(rows.column("partition_id"), partition_id),
+            pc.and_(pc.greater_equal(rows.column("seq"), start), pc.less(rows.column("seq"), end)),
+        )
+    ).sort_by("seq")
+    expected = pa.array(range(start, end), pa.int64())
+    if mine.num_rows != end - start or not mine.column("seq").combine_chunks().equals(expected):
+        raise CompactionError(
+            f"{partition_id}: the raw table's files hold {mine.num_rows} rows of seqs "
+            f"[{start}, {end}), not each of them once; nothing is committed"
+        )
+    return mine
 
 
 @dataclass(frozen=True)
@@ -255,25 +348,32 @@ def write_typed(
     plans: Sequence[BatchPlan],
     rejected_marks: Mapping[str, int],
     run_id: str,
+    raw: RawBatch | None = None,
 ) -> list[dict[str, Any]]:
-    """Step 3: one Spark job reads, parses and writes every chunk; the stats rows."""
+    """Step 3: one Spark job reads, parses and writes every chunk (what ``raw`` holds read
+    from its files); the stats rows."""
     from pyspark.sql import functions as F
 
-    from shardlog.spark.io import CHUNK_TASK_SCHEMA
-
-    tasks = chunks(plans, chunk_records(plans, spark.sparkContext.defaultParallelism))
+    target = chunk_records(plans, spark.sparkContext.defaultParallelism)
+    tasks = typed_tasks(plans, target, raw)
     if not tasks:
         return []
-    task_df = spark.createDataFrame(
-        spark.sparkContext.parallelize(tasks, len(tasks)), CHUNK_TASK_SCHEMA
-    )
-    records = task_df.mapInArrow(SegmentRecords(args.config()), PARSE_INPUT.schema.spark_ddl())
+    task_df = spark.createDataFrame(spark.sparkContext.parallelize(tasks, len(tasks)), TASK_SCHEMA)
+    reader = BatchRecords(args.config(), raw.bucket if raw else "")
+    records = task_df.mapInArrow(reader, PARSE_INPUT.schema.spark_ddl())
     parsed = parse_payloads(records, tables.declared)
     # The writer needs a record's bytes only for the dead-letter table: a typed row's stay
     # behind (each column crosses from the JVM to the writer per record).
     parsed = parsed.withColumn(DATA, F.when(F.col(ERROR_FIELD).isNotNull(), F.col(DATA)))
     writer = TypedWriter(args.config(), tables, dict(rejected_marks), run_id)
-    return [row.asDict() for row in parsed.mapInArrow(writer, STATS_SCHEMA).collect()]
+    stats = [row.asDict() for row in parsed.mapInArrow(writer, STATS_SCHEMA).collect()]
+    return stats + [
+        {"kind": FROM_RAW, "file_key": "", "partition_id": partition_id,
+         "records": bounds[-1] - bounds[0], "bytes": 0, "first_seq": bounds[0],
+         "last_seq": bounds[-1] - 1}
+        for partition_id, bounds, files in tasks
+        if files
+    ]  # fmt: skip
 
 
 # --- 4. check ----------------------------------------------------------------------------
@@ -356,6 +456,7 @@ def _commit(
     rejected_files = [s for s in stats if s["kind"] == REJECTS]
     report.records = sum(p.records for p in plans)
     report.filtered = sum(s["records"] for s in stats if s["kind"] == FILTERED)
+    report.from_raw = sum(s["records"] for s in stats if s["kind"] == FROM_RAW)
     if rejected_files:
         ranges = {
             p.partition_id: (rejected_marks.get(p.partition_id, 0), p.end)
@@ -471,13 +572,15 @@ def compact_typed(
     args: JobArgs,
     declared: LakeTableDeclaration,
     run_id: str,
+    raw: RawBatch | None = None,
 ) -> TypedReport:
-    """One declared table's run, its executors' step through Spark."""
+    """One declared table's run, its executors' step through Spark; what ``raw`` (this
+    job's raw commit) holds is read from the raw table's files, the rest from the log."""
     tables = TypedTables.beside(args.lake(), declared)
     return run_typed(
         clients,
         args,
         tables,
         run_id,
-        lambda plans, marks: write_typed(spark, args, tables, plans, marks, run_id),
+        lambda plans, marks: write_typed(spark, args, tables, plans, marks, run_id, raw),
     )

@@ -15,23 +15,28 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 import shardlog.spark.typed as typed_module
 from shardlog import constants as C
 from shardlog.dal.partitions import PartitionsTable
 from shardlog.format import IncomingRecord
+from shardlog.lake.catalog import open_table
 from shardlog.lake.commit import table_watermarks
 from shardlog.lake.declared import parse_lake_tables
-from shardlog.lake.files import DATA_DIR
+from shardlog.lake.files import DATA_DIR, parquet_bytes
+from shardlog.lake.schema import EVENTS
 from shardlog.local.kinesis_fidelity import SEQUENCE_BASE
 from shardlog.segments import segment_key
-from shardlog.spark.compaction import plan_batches
+from shardlog.spark.compaction import CompactionReport, plan_batches
 from shardlog.spark.exceptions import CompactionError
 from shardlog.spark.jobs import JobArgs
 from shardlog.spark.typed import TypedReport, TypedTables, compact_typed, run_typed, write_typed
 from shardlog.tables import Tables
-from spark_jobs.compact import compact
+from spark_jobs.compact import compact, compact_raw
 from spark_jobs.maintain import run_declared_maintenance
 from tests.spark.helpers import typed_rows_once
 from tests.support.aws import AwsEnv
@@ -155,13 +160,48 @@ def test_every_record_is_typed_or_dead_lettered_once(spark: Any, log: AwsEnv, cl
     assert (run["typed"], run["rejected"], run["filtered"]) == (typed, rejected, 0)
     assert rejected == rejects(120) + rejects(60)
     assert report.records == 180 == run["records"]  # the raw table too, in the same job
+    assert run["from_raw"] == 180  # read from the raw run's files, not the log again
     # Nothing new: no snapshot; more records: appended from each table's watermark.
     again = compact(spark, args)
     assert again.tables[0]["snapshot_id"] is None and again.tables[0]["records"] == 0
     append(log, clock, P1, 60, 40)
-    assert compact(spark, args).tables[0]["records"] == 40
+    (more,) = compact(spark, args).tables
+    assert (more["records"], more["from_raw"]) == (40, 40)
     assert assert_each_record_once(log, args)[1] == rejects(120) + rejects(100)
     assert data_keys(log, args) == committed_keys(args)
+
+
+def test_a_table_behind_the_raw_table_reads_the_log_below_the_raw_batch(
+    spark: Any, log: AwsEnv, clock: Any
+) -> None:
+    """The raw table compacted without the declared table, then more records: the typed
+    table's first batch reads what the job's raw commit holds (P1's 40 new records) from
+    its files and everything below from the log's segments, each record once."""
+    compact(spark, JobArgs.from_config(log.config))  # no declared table yet
+    append(log, clock, P1, 60, 40)
+    args = job_args(log)
+    (run,) = compact(spark, args).tables
+    assert (run["records"], run["from_raw"]) == (220, 40)
+    typed, rejected = assert_each_record_once(log, args)
+    assert (typed, rejected) == (220 - rejects(120) - rejects(100), rejects(120) + rejects(100))
+
+
+def test_raw_files_short_of_the_chunk_commit_nothing(spark: Any, log: AwsEnv) -> None:
+    """A raw file this job committed lacks a record of the chunk it is read for: the typed
+    run fails naming the partition and commits neither table (never a watermark past a
+    record it did not read)."""
+    args = job_args(log)
+    report = CompactionReport(run_id="r" * 16)
+    raw = compact_raw(spark, log.clients, args, open_table(args.lake(), create=True), report)
+    assert raw is not None and raw.ranges == {P0: (0, 120), P1: (0, 60)}
+    (damaged,) = [f["file_key"] for f in raw.files if f["partition_id"] == P0]
+    body = log.clients.s3.get_object(Bucket=raw.bucket, Key=damaged)["Body"].read()
+    rows = pq.read_table(pa.BufferReader(body))
+    short = rows.filter(pc.not_equal(rows.column("seq"), 77))
+    log.clients.s3.put_object(Bucket=raw.bucket, Key=damaged, Body=parquet_bytes(short, EVENTS))
+    with pytest.raises(Exception, match=f"{P0}: the raw table's files hold 119 rows"):
+        compact_typed(spark, log.clients, args, DECLARED.tables[0], "r" * 16, raw)
+    assert [t.current_snapshot() for t in tables(args).open(create=False)] == [None, None]
 
 
 def test_a_race_lost_on_the_dead_letter_table_commits_nothing(spark: Any, log: AwsEnv) -> None:
