@@ -831,6 +831,34 @@ MUTATIONS = (
         TYPED_COMPACTION,
     ),
     Mutation(
+        "segment-fast-read-bounds",
+        "the segment decoder's fast read handing a record over only when it ends inside the "
+        "records (here: a record running into the checksum is read as one)",
+        "shardlog/format.py",
+        "        if pos > end or not kseq.isdigit():",
+        "        if not kseq.isdigit():",
+        ("tests/unit/test_format.py",),
+    ),
+    Mutation(
+        "typed-raw-chunk-rows",
+        "a typed table's chunk read from the raw run's files only when they hold each of its "
+        "seqs once (here: as many rows as seqs, one of them twice and another missing)",
+        "shardlog/spark/typed.py",
+        "if mine.num_rows != end - start or not mine.column"
+        '("seq").combine_chunks().equals(expected):',
+        "if mine.num_rows != end - start:",
+        ("tests/unit/test_typed_raw_source.py", *TYPED_COMPACTION),
+    ),
+    Mutation(
+        "typed-raw-holding",
+        "a typed table's chunk read from the raw run's files only when that run's batch holds "
+        "the whole chunk (here: whenever a file of the partition overlaps it)",
+        "shardlog/spark/typed.py",
+        "if not low <= start < end <= high:",
+        "if not self.ranges.get(partition_id):",
+        ("tests/unit/test_typed_raw_source.py", *TYPED_COMPACTION),
+    ),
+    Mutation(
         "typed-batch-check",
         "typed compaction committing only when each batch was seen whole and every record "
         "accounted for",

@@ -377,10 +377,74 @@ def _decompress(codec: int, data: memoryview, size: int, max_bytes: int) -> byte
     return records
 
 
+class _Amiss(Exception):
+    """The fast read met a record the checked read must name the defect of."""
+
+
 def _records(
     cursor: _Cursor, layout: int, partition_id: str, first_seq: int, count: int
 ) -> list[LogRecord]:
-    """``count`` records of ``layout`` (version 1 or 2) from ``cursor``."""
+    """``count`` records of ``layout`` (version 1 or 2) from ``cursor``: read at full speed
+    (``_read_records``), and when anything is amiss read again from the first record,
+    checking each field, to raise the error naming the defect (``_checked_records``)."""
+    try:
+        records, cursor_end = _read_records(
+            cursor.view, cursor.pos, cursor.end, layout, partition_id, first_seq, count
+        )
+    except (_Amiss, struct.error, IndexError, UnicodeDecodeError):
+        return _checked_records(cursor, layout, partition_id, first_seq, count)
+    cursor.pos = cursor_end
+    return records
+
+
+def _read_records(
+    view: memoryview,
+    pos: int,
+    end: int,
+    layout: int,
+    partition_id: str,
+    first_seq: int,
+    count: int,
+) -> tuple[list[LogRecord], int]:
+    """What ``_checked_records`` reads, where it raises nothing, without building its error
+    messages: each field's bytes sliced and decoded alike (a slice past ``end`` shows as the
+    position passing it, checked once a record). Raises (``_Amiss``, struct's, an index's
+    or a decoding's error) where the checked read would raise; the records and the position
+    after them."""  # fmt: skip
+    fixed, fixed_size = _RECORD_FIXED.unpack_from, _RECORD_FIXED.size
+    data_len, data_len_size = _RECORD_DATA_LEN.unpack_from, _RECORD_DATA_LEN.size
+    with_ids = layout == VERSION_WITH_RECORD_IDS
+    records = []
+    for index in range(count):
+        seq_len = view[pos]  # _RECORD_SEQ_LEN and _RECORD_ID_LEN: one unsigned byte
+        kseq = str(view[pos + 1 : pos + 1 + seq_len], "ascii")
+        pos += 1 + seq_len
+        arrival_ms, key_len = fixed(view, pos)
+        pos += fixed_size
+        key = str(view[pos : pos + key_len], "utf-8")
+        pos += key_len
+        (size,) = data_len(view, pos)
+        pos += data_len_size
+        data = view[pos : pos + size].tobytes()
+        pos += size
+        record_id = None
+        if with_ids:
+            id_len = view[pos]
+            record_id = str(view[pos + 1 : pos + 1 + id_len], "ascii") or None
+            pos += 1 + id_len
+        if pos > end or not kseq.isdigit():
+            raise _Amiss
+        records.append(
+            LogRecord(partition_id, first_seq + index, key, data, kseq, arrival_ms, record_id)
+        )
+    return records, pos
+
+
+def _checked_records(
+    cursor: _Cursor, layout: int, partition_id: str, first_seq: int, count: int
+) -> list[LogRecord]:
+    """``count`` records of ``layout`` (version 1 or 2) from ``cursor``, each field checked
+    as it is read: ``SegmentFormatError`` naming the first defect."""
     records = []
     for index in range(count):
         (seq_len,) = cursor.unpack(_RECORD_SEQ_LEN, f"record {index}")
