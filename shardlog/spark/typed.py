@@ -122,11 +122,11 @@ class TypedReport:
     """What one run did to one declared table and its dead-letter table."""
 
     table: str
-    records: int = 0  # the batch: records read from the log
+    records: int = 0  # the batch: its records (from the log, or the raw run's files)
     typed: int = 0
     rejected: int = 0  # newly in the dead-letter table
     filtered: int = 0  # not the table's (its record filter)
-    from_raw: int = 0  # of the batch, read from the raw table's files (the rest: the log's)
+    from_raw: int = 0  # of the batch, read from the raw run's files (the rest: the log's)
     files: int = 0
     snapshot_id: int | None = None
     rejected_snapshot_id: int | None = None
@@ -236,7 +236,8 @@ class BatchRecords:
                 partition_id, bounds = task["partition_id"], task["bounds"]
                 if task["raw_files"]:
                     rows = raw_rows(clients.s3, self.raw_bucket, task["raw_files"])
-                    yield from chunk_rows(rows, partition_id, bounds[0], bounds[-1]).to_batches()
+                    chunk = chunk_rows(rows, partition_id, bounds[0], bounds[-1])
+                    yield from chunk.to_batches(max_chunksize=C.DEFAULT_SEGMENT_MAX_RECORDS)
                     continue
                 for first_seq, next_seq in itertools.pairwise(bounds):
                     segment = store.fetch(partition_id, first_seq)
