@@ -410,7 +410,7 @@ def _read_records(
     messages: each field's bytes sliced and decoded alike (a slice past ``end`` shows as the
     position passing it, checked once a record). Raises (``_Amiss``, struct's, an index's
     or a decoding's error) where the checked read would raise; the records and the position
-    after them."""  # fmt: skip
+    after them."""
     fixed, fixed_size = _RECORD_FIXED.unpack_from, _RECORD_FIXED.size
     data_len, data_len_size = _RECORD_DATA_LEN.unpack_from, _RECORD_DATA_LEN.size
     with_ids = layout == VERSION_WITH_RECORD_IDS

@@ -110,14 +110,24 @@ def raw_record(kseq: bytes = b"1", key: bytes = b"k", data: bytes = b"d") -> byt
 
 # --- round trip ---------------------------------------------------------------------------
 
-incoming_records = st.builds(
-    IncomingRecord,
-    partition_key=st.text(min_size=1, max_size=256),
-    data=st.binary(max_size=2048),
-    kinesis_sequence_number=st.text(alphabet="0123456789", min_size=1, max_size=128),
-    arrival_ms=st.integers(min_value=0, max_value=2**64 - 1),
-    record_id=st.none() | st.from_regex(r"[A-Za-z0-9._:-]{1,64}", fullmatch=True),  # envelope's
-    resent=st.just(False),  # not stored: only ingest reads it
+
+def record_strategy(
+    key: int, data: int, seq: int, record_id: st.SearchStrategy[str | None]
+) -> st.SearchStrategy[IncomingRecord]:
+    """Records whose partition key, data and sequence number take at most these lengths."""
+    return st.builds(
+        IncomingRecord,
+        partition_key=st.text(min_size=1, max_size=key),
+        data=st.binary(max_size=data),
+        kinesis_sequence_number=st.text(alphabet="0123456789", min_size=1, max_size=seq),
+        arrival_ms=st.integers(min_value=0, max_value=2**64 - 1),
+        record_id=record_id,
+        resent=st.just(False),  # not stored: only ingest reads it
+    )
+
+
+incoming_records = record_strategy(  # the format's limits; record ids as the envelope's
+    256, 2048, 128, st.none() | st.from_regex(r"[A-Za-z0-9._:-]{1,64}", fullmatch=True)
 )
 
 
@@ -437,13 +447,8 @@ def _decoded(blob: bytes) -> object:
 
 
 # Records whose fields are short: an edit lands in a length or a text as often as in data.
-short_records = st.builds(
-    IncomingRecord,
-    partition_key=st.text(min_size=1, max_size=4),
-    data=st.binary(max_size=4),
-    kinesis_sequence_number=st.text(alphabet="0123456789", min_size=1, max_size=3),
-    arrival_ms=st.integers(min_value=0, max_value=2**64 - 1),
-    record_id=st.none() | st.from_regex(r"[a-z0-9]{0,3}", fullmatch=True),
+short_records = record_strategy(
+    4, 4, 3, st.none() | st.from_regex(r"[a-z0-9]{0,3}", fullmatch=True)
 )
 
 
