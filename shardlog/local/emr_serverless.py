@@ -31,6 +31,9 @@ comes from ``spark.emr-serverless.driverEnv.PYTHONPATH`` and the executors' from
 own: it stands for the EMR image's Python the run names) runs both sides. pyspark itself
 comes from the Spark distribution, as on EMR: spark-submit puts its ``pyspark.zip`` first
 on the path.
+
+**Without Spark** (``run_without_spark(True)``, for tests of what starts and watches runs):
+a run's entry point runs on this process's Python with its arguments; no JVM starts.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ _DRIVER_PYTHONPATH = "spark.emr-serverless.driverEnv.PYTHONPATH"
 
 _lock = threading.RLock()
 _shipped_python: Path | None = None
+_without_spark = False
 _processes: dict[str, subprocess.Popen[bytes]] = {}
 _original: dict[str, Any] = {}
 _applied = False
@@ -88,6 +92,15 @@ def run_as_shipped(python: str | Path | None) -> None:
     """Run later job runs from their archive with this interpreter (None: this virtualenv)."""
     global _shipped_python
     _shipped_python = None if python is None else Path(python)
+
+
+def run_without_spark(enabled: bool) -> None:
+    """Later job runs run their entry point on this process's Python, with the run's
+    arguments and environment, and no Spark (off by default). For tests of what starts and
+    watches runs (the Spark trigger, compaction by volume), whose scripts only stay RUNNING
+    until released: a spark-submit's JVM costs seconds of CPU there and proves nothing."""
+    global _without_spark
+    _without_spark = enabled
 
 
 def submitted_conf(spark_submit_parameters: str | None) -> dict[str, str]:
@@ -263,16 +276,18 @@ def _run(job_run: Any, account_id: str) -> None:
         shipped = _shipped_python
         if shipped is not None:
             _unpack_archives(job_run, account_id, workdir)
-        # The JVMs' class archive (shardlog.spark.class_archive): mapped when there is one,
-        # else this run's JVM writes one as it exits, published below if it exits cleanly.
-        archive = local_class_archive()
-        java_options, written = launch_options(archive)
-        command = _command(
-            job_run,
-            _entry_point_file(job_run, account_id, workdir),
-            shipped is not None,
-            java_options,
-        )
+        entry = _entry_point_file(job_run, account_id, workdir)
+        archive = None
+        if _without_spark:
+            arguments = job_run.job_driver["sparkSubmit"].get("entryPointArguments", [])
+            command = [sys.executable, str(entry), *[str(a) for a in arguments]]
+        else:
+            # The JVMs' class archive (shardlog.spark.class_archive): mapped when there is
+            # one, else this run's JVM writes one as it exits, published below if it exits
+            # cleanly.
+            archive = local_class_archive()
+            java_options, written = launch_options(archive)
+            command = _command(job_run, entry, shipped is not None, java_options)
         with log_path.open("wb") as log, _lock:
             if job_run.state == "CANCELLING":
                 _set_state(job_run, "CANCELLED", "cancelled before it started")

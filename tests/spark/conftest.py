@@ -48,3 +48,14 @@ def glue_answers_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from pyiceberg.catalog import glue
 
     monkeypatch.setattr(glue, "MAX_RETRIES", 0)
+
+
+@pytest.fixture
+def runs_without_spark() -> Iterator[None]:
+    """The test's job runs run their script on this Python, no JVM (for the tests of what
+    starts and watches runs, whose scripts block until released and do no Spark work)."""
+    from shardlog.local import emr_serverless
+
+    emr_serverless.run_without_spark(True)
+    yield
+    emr_serverless.run_without_spark(False)

@@ -25,8 +25,10 @@ from shardlog.segments import SegmentStore
 from tests.support.aws import AwsEnv
 
 OK_JOB = """\
-import sys
+import os, sys
 from pyspark.sql import SparkSession
+
+assert "PYSPARK_GATEWAY_PORT" in os.environ  # started by spark-submit's JVM, its gateway
 
 spark = SparkSession.builder.getOrCreate()
 assert spark.range(10).count() == 10

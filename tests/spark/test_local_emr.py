@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from pathlib import Path
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from shardlog import constants as C
+from shardlog.local import principals
 from shardlog.local.emr_serverless import LOG_ROOT, local_spark_conf, prune_unpacked
 from shardlog.local.spark import provision_spark
 from shardlog.spark.session import local_conf
@@ -22,7 +25,17 @@ def scripts(tmp_path: Path) -> Path:
     (tmp_path / "ok.py").write_text(OK_JOB)
     (tmp_path / "failing.py").write_text(FAILING_JOB)
     (tmp_path / "blocking.py").write_text(BLOCKING_JOB)
+    (tmp_path / "parent.py").write_text(PARENT_JOB)
     return tmp_path
+
+
+# Writes who started it, and with what, to its working directory (the run's).
+PARENT_JOB = f"""\
+import json, os, pathlib, sys
+principal = os.environ.get("{C.ENV_LOCAL_PRINCIPAL}")
+facts = {{"parent": os.getppid(), "args": sys.argv[1:], "principal": principal}}
+pathlib.Path("facts.json").write_text(json.dumps(facts))
+"""
 
 
 @pytest.fixture
@@ -92,6 +105,24 @@ def test_running_while_the_process_lives_and_idempotent_client_token(
     assert (
         emr.list_job_runs(applicationId=target.application_id, states=["RUNNING"])["jobRuns"] == []
     )
+
+
+def test_without_spark_a_run_is_its_script_on_this_python(
+    aws: AwsEnv, target: SparkTarget, runs_without_spark: None
+) -> None:
+    run_id = start(aws, target, "parent")
+    run = wait_terminal(aws, target, run_id)
+    assert run["state"] == "SUCCESS", run.get("stateDetails")
+    facts = json.loads((LOG_ROOT / run_id / "facts.json").read_text())
+    # Started by the embedded AWS's process itself: no spark-submit, no JVM in between.
+    assert facts == {
+        "parent": os.getpid(),
+        "args": ["--answer", "42"],
+        "principal": principals.SPARK_JOBS,
+    }
+    failed = wait_terminal(aws, target, start(aws, target, "failing"))
+    assert failed["state"] == "FAILED"
+    assert "this job fails on purpose" in failed["stateDetails"]
 
 
 def test_an_application_without_runs_lists_none(aws: AwsEnv, target: SparkTarget) -> None:

@@ -1,8 +1,9 @@
 """The scheduled trigger: no overlapping runs, one run per schedule time.
 
 The Lambda handler runs in-process against the embedded AWS, whose EMR Serverless starts a
-real local spark-submit; the 'compact' script here blocks until the test releases it, so a
-run is RUNNING for exactly as long as the test needs.
+local run; the 'compact' script here blocks until the test releases it, so a run is RUNNING
+for exactly as long as the test needs (it does no Spark work: it runs without a JVM,
+``emr_serverless.run_without_spark``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def test_settings_name_what_is_missing() -> None:
 
 
 @pytest.fixture
-def handler_env(aws: AwsEnv, tmp_path: Path) -> tuple[Any, Any, SparkTriggerSettings]:
+def handler_env(
+    aws: AwsEnv, tmp_path: Path, runs_without_spark: None
+) -> tuple[Any, Any, SparkTriggerSettings]:
     (tmp_path / "compact.py").write_text(BLOCKING_JOB)
     (tmp_path / "analytics.py").write_text(BLOCKING_JOB)
     settings = provision_trigger(aws, "trigger", tmp_path, compaction_max_records=5000)

@@ -4,7 +4,8 @@ one compaction run per threshold crossing (shardlog/spark/volume.py).
 The handler runs in-process against the embedded AWS: its DynamoDB stream is read by the
 local event source (as the deployed mapping would), and its EMR Serverless starts a real
 local spark-submit. Most tests use a 'compact' script that blocks until released, so a run
-is active exactly as long as a test needs; one runs the real compaction job.
+is active exactly as long as a test needs (run without a JVM: it does no Spark work); one
+runs the real compaction job.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class Deployment:
 
 
 @pytest.fixture
-def blocking(aws: AwsEnv, tmp_path: Path, clock: Any) -> Any:
+def blocking(aws: AwsEnv, tmp_path: Path, clock: Any, runs_without_spark: None) -> Any:
     (tmp_path / "compact.py").write_text(BLOCKING_JOB)
     deployment = Deployment(aws, tmp_path, clock, tmp_path)
     yield deployment
