@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -53,12 +54,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for module, tests in modules.items():
         used = {name for test in tests for name in getattr(test, "fixturenames", ())}
         shared = [group for name, group in SHARED_SESSION_FIXTURES.items() if name in used]
+        if not shared and _synthesizes(tests[0]):
+            shared = [SHARED_SESSION_FIXTURES["synth"]]
         group = shared[0] if shared else module
         for test in tests:
             test.add_marker(pytest.mark.xdist_group(group))
     if getattr(config.option, "loadgroup", False):  # an xdist worker of `--dist loadgroup`
         for item in items:
             _suffix_groups(item)
+
+
+def _synthesizes(item: pytest.Item) -> bool:
+    """A module that synthesizes a stack of its own in-process (``tests/infra/cdk_synth.py``)
+    joins the synthesized stack's group: the jsii runtime it drives (a node process that
+    loads aws-cdk-lib) is one per worker and costs about 15 s of CPU to start, a second
+    stack on a started one about 4 s (the retention replay's module: 22 s of CPU alone)."""
+    cdk_synth = sys.modules.get("tests.infra.cdk_synth")
+    module = getattr(item, "module", None)
+    if cdk_synth is None or module is None:
+        return False
+    return any(value in (cdk_synth, cdk_synth.synthesize) for value in vars(module).values())
 
 
 def _suffix_groups(item: pytest.Item) -> None:
