@@ -1,8 +1,9 @@
 """The Spark jobs as shipped: each job run the way its StartJobRun asks (entry point,
 arguments, spark.archives, the archive's path and a Python of its own), from the archive of
 `make spark-archive` alone, on the embedded AWS's EMR Serverless, started and waited for by
-`shardlog spark run` as a user runs it against a deployed stack; then the lake table and
-the summary the runs left.
+`shardlog spark run` as a user runs it against a deployed stack; then what the run's Python
+sees (EMR's version, nothing but the archive the run unpacked), the lake table and the
+summary the runs left.
 
 One set of runs serves the whole path (`shardlog spark run` -> StartJobRun -> a local
 spark-submit of compaction, analytics and maintenance -> the lake table and the summary):
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tarfile
 import venv
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -91,11 +91,9 @@ def shardlog(aws: AwsEnv, tmp_path: Path) -> Any:
     return run
 
 
-def test_the_runs_python_is_emrs_version_and_sees_nothing_but_the_archive(
-    archive: Path, bare_python: Path, tmp_path: Path
-) -> None:
-    with tarfile.open(archive) as tar:
-        tar.extractall(tmp_path / DEPS_ALIAS)
+def _probe_the_runs_python(bare_python: Path, workdir: Path) -> None:
+    """The run's Python is EMR's version and sees nothing but the archive the run unpacked
+    (in its working directory, under its alias), as the job's own imports do."""
     probe = (
         "import sys, importlib.util as u; print(sys.version_info[:2]); "
         "print(u.find_spec('pyspark') is None, u.find_spec('moto') is None); "
@@ -105,7 +103,7 @@ def test_the_runs_python_is_emrs_version_and_sees_nothing_but_the_archive(
     out = subprocess.run(
         [str(bare_python), "-c", probe],
         env={"PYTHONPATH": f"./{DEPS_ALIAS}", "PATH": "/usr/bin:/bin"},
-        cwd=tmp_path,
+        cwd=workdir,
         capture_output=True,
         text=True,
         check=True,
@@ -113,7 +111,8 @@ def test_the_runs_python_is_emrs_version_and_sees_nothing_but_the_archive(
     emr_version = EMR_PYTHON.rsplit("python", 1)[1]
     assert out[0] == str(tuple(int(p) for p in emr_version.split(".")))
     assert out[1] == "True True"  # neither Spark nor the development venv leaks in
-    assert out[2].startswith(str(tmp_path / DEPS_ALIAS / "pyiceberg"))
+    unpacked = (workdir / DEPS_ALIAS).resolve()
+    assert Path(out[2]).resolve().is_relative_to(unpacked / "pyiceberg")
 
 
 def _deploy_archive(aws: AwsEnv, target: SparkTarget, archive: Path) -> SparkTarget:
@@ -147,6 +146,7 @@ def test_every_job_runs_from_the_archive_through_shardlog_spark_run(
     assert compacted.exit_code == 0, compacted.output
     result = json.loads(compacted.output)
     assert (result["started"], result["state"]) == (True, "SUCCESS")
+    _probe_the_runs_python(shipped, emr_serverless.LOG_ROOT / result["jobRunId"])
     assert lake_rows(JobArgs.from_config(aws.config).lake()) == log_rows(aws)
 
     analysing = json.loads(shardlog("spark", "run", "analytics", "--json", target=target).output)
