@@ -165,8 +165,9 @@ spark-archive: $(STAMP)
 	$(BIN)/python -m shardlog.spark.archive build/spark/spark_jobs_deps.tar.gz
 
 # The local Spark JVMs' class archive (shardlog/spark/class_archive.py): written once into the
-# user's cache (about 35 s of CPU), then every local Spark JVM starts on it (a trivial
-# spark-submit: 14.1 s of CPU against 7.2 s).
+# user's cache (about 45 s of CPU), then every local Spark JVM starts on it (a trivial
+# spark-submit: 14.1 s of CPU against 7.2 s). Once a machine, not once a checkout: the JVMs
+# run from one copy of pyspark's Spark home in the user's cache (shardlog/spark/spark_home.py).
 spark-classes: $(STAMP)
 	$(BIN)/python -m shardlog.local.spark_classes
 

@@ -56,6 +56,7 @@ from shardlog import constants as C
 from shardlog.local import principals
 from shardlog.spark.class_archive import launch_options, local_class_archive, with_options
 from shardlog.spark.session import JAVA_OPTIONS, LOCAL_MASTER, local_conf, local_environment
+from shardlog.spark.spark_home import local_spark_home
 
 LOG_ROOT = Path(tempfile.gettempdir()) / "shardlog-emr-serverless"
 ACTIVE_STATES = ("SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED", "CANCELLING")
@@ -189,13 +190,12 @@ def prune_unpacked(root: Path, in_use: set[Path], kept: int = KEPT_UNPACKED) -> 
 
 
 def spark_submit_executable() -> Path:
-    """The ``spark-submit`` of the installed pyspark (raises if pyspark is missing)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or spec.origin is None:
+    """The ``spark-submit`` of the local Spark home (``shardlog.spark.spark_home``; raises if
+    pyspark is missing)."""
+    home = local_spark_home()
+    if home is None:
         raise RuntimeError("pyspark is not installed: pip install 'shardlog[spark]'")
-    return Path(spec.origin).parent / "bin" / "spark-submit"
+    return home / "bin" / "spark-submit"
 
 
 def _entry_point_file(job_run: Any, account_id: str, workdir: Path) -> Path:
@@ -239,7 +239,6 @@ def _environment(job_run: Any, shipped: Path | None = None) -> dict[str, str]:
         driver_path = submitted_conf(params).get(_DRIVER_PYTHONPATH)
         if driver_path:
             env["PYTHONPATH"] = driver_path
-        env["SPARK_HOME"] = str(spark_submit_executable().parent.parent)
     # The driver and its executors sign as the execution role, as on EMR Serverless.
     env[C.ENV_LOCAL_PRINCIPAL] = principals.SPARK_JOBS
     return env

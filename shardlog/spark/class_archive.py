@@ -10,13 +10,15 @@ halves that: a trivial ``spark-submit`` took 14.1 s of CPU without it and 7.2 s 
 The protocol (the archive is a cache: never needed for a result, never trusted blindly):
 
 - **Keyed by what made it.** Its name is a hash of the ``java`` the JVMs run (its real path,
-  the JDK's ``lib/modules`` size and time), pyspark's jars (their directory, names, sizes
-  and modification times): another JDK, pyspark, checkout or venv gets an archive of its
-  own. The JVM maps an archive only on the class path that wrote it, each jar at the same
-  path with the same size and time: keyed by names and sizes alone, a new venv (a clean
-  clone's, whose install writes the jars anew) found the archive of the one before and ran
-  every JVM without it (a trivial ``spark-submit``: three times the JVM's CPU; a clean
-  clone's ``make test``: 1,595 s of CPU against 1,358). The JVM checks it again when it maps it
+  the JDK's ``lib/modules`` size and time), the jars of the Spark home the JVMs run from
+  (their directory, names, sizes and modification times): another JDK or pyspark gets an
+  archive of its own. The JVM maps an archive only on the class path that wrote it, each jar
+  at the same path with the same size and time: keyed by names and sizes alone, a new venv
+  (a clean clone's, whose install writes the jars anew) found the archive of the one before
+  and ran every JVM without it (a trivial ``spark-submit``: three times the JVM's CPU; a
+  clean clone's ``make test``: 1,595 s of CPU against 1,358). The JVMs run from one copy of
+  pyspark's Spark home in the user's cache (``shardlog.spark.spark_home``), so checkouts and
+  venvs of the same pyspark share one archive. The JVM checks it again when it maps it
   (the class path, the JDK's build) and runs without it when it does not match
   (``-Xshare:auto``, the default): a stale archive costs time, never a result.
 - **Written whole or not at all.** Only a launcher that waits for its JVM writes one
@@ -38,7 +40,6 @@ The protocol (the archive is a cache: never needed for a result, never trusted b
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import itertools
 import os
 import shutil
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardlog.spark.archive import user_cache
+from shardlog.spark.spark_home import local_spark_home
 
 ENV_SWITCH = "SHARDLOG_SPARK_CLASS_ARCHIVE"
 PREFIX = "spark-classes-"
@@ -135,12 +137,8 @@ def _java() -> Path | None:
     return Path(found).resolve() if found and Path(found).exists() else None
 
 
-def _pyspark_home() -> Path | None:
-    spec = importlib.util.find_spec("pyspark")
-    return None if spec is None or spec.origin is None else Path(spec.origin).parent
-
-
 def _pyspark_jars() -> Path | None:
-    home = _pyspark_home()
+    """The jars of the Spark home the local JVMs run from (``shardlog.spark.spark_home``)."""
+    home = local_spark_home()
     jars = home / "jars" if home is not None else None
     return jars if jars is not None and jars.is_dir() else None

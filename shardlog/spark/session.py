@@ -72,8 +72,13 @@ def local_conf() -> dict[str, str]:
 
 
 def local_environment(python: str) -> dict[str, str]:
-    """The environment of a local run whose driver and executors run ``python``."""
+    """The environment of a local run whose driver and executors run ``python``, from the
+    local Spark home (``shardlog.spark.spark_home``, where the class archive maps)."""
+    from shardlog.spark.spark_home import local_spark_home
+
+    home = local_spark_home()
     return {
+        **({"SPARK_HOME": str(home)} if home is not None else {}),
         "PYSPARK_PYTHON": python,
         "PYSPARK_DRIVER_PYTHON": python,
         "PYARROW_IGNORE_TIMEZONE": "1",

@@ -32,6 +32,11 @@ assert "PYSPARK_GATEWAY_PORT" in os.environ  # started by spark-submit's JVM, it
 
 spark = SparkSession.builder.getOrCreate()
 assert spark.range(10).count() == 10
+# Its JVM runs from the local Spark home (shardlog.spark.spark_home), every jar from there.
+home = os.environ["SPARK_HOME"]
+path = spark.sparkContext._jvm.java.lang.System.getProperty("java.class.path").split(":")
+assert [p for p in path if p.endswith(".jar")], path
+assert all(p.startswith(f"{home}/jars/") for p in path if p.endswith(".jar")), (home, path)
 assert sys.argv[1:] == ["--answer", "42"], sys.argv
 """
 FAILING_JOB = "raise SystemExit('this job fails on purpose')\n"

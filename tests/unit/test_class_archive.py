@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shardlog.local import spark_classes
-from shardlog.spark import class_archive
+from shardlog.spark import class_archive, spark_home
 from shardlog.spark.class_archive import (
     KEPT,
     ClassArchive,
@@ -30,6 +30,8 @@ def jdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("JAVA_HOME", str(home))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv(class_archive.ENV_SWITCH, raising=False)
+    # pyspark's own jars, not a copy of them in this test's cache (tests/unit/test_spark_home.py)
+    monkeypatch.setenv(spark_home.ENV_SWITCH, "0")
     return home
 
 
