@@ -227,8 +227,13 @@ def _command(job_run: Any, entry: Path, shipped: bool = False, java_options: str
         job_run.name or job_run.id,
         *conf,
         str(entry),
-        *[str(a) for a in driver.get("entryPointArguments", [])],
+        *_arguments(job_run),
     ]
+
+
+def _arguments(job_run: Any) -> list[str]:
+    """The run's entryPointArguments, as its entry point gets them."""
+    return [str(a) for a in job_run.job_driver["sparkSubmit"].get("entryPointArguments", [])]
 
 
 def _environment(job_run: Any, shipped: Path | None = None) -> dict[str, str]:
@@ -278,8 +283,7 @@ def _run(job_run: Any, account_id: str) -> None:
         entry = _entry_point_file(job_run, account_id, workdir)
         archive = None
         if _without_spark:
-            arguments = job_run.job_driver["sparkSubmit"].get("entryPointArguments", [])
-            command = [sys.executable, str(entry), *[str(a) for a in arguments]]
+            command = [sys.executable, str(entry), *_arguments(job_run)]
         else:
             # The JVMs' class archive (shardlog.spark.class_archive): mapped when there is
             # one, else this run's JVM writes one as it exits, published below if it exits

@@ -17,7 +17,8 @@ keyed by that copy's jars: written once a machine, not once a checkout.
   file) has other RECORD lines, hence a home of its own. A pyspark whose RECORD cannot be
   read runs from its own directory, as before.
 - **Whole or not at all**: copied into a directory of this process's, published by one
-  rename; two processes copying at once leave one whole home (the other copy is dropped).
+  rename; two processes copying at once leave one whole home (the other copy is dropped),
+  and the copy of a process killed while copying is dropped by the next copy.
 - **The ``KEPT`` most recently used are kept** (about 330 MB each);
   ``SHARDLOG_SPARK_HOME=0`` turns the copy off (the JVMs run from pyspark's own directory).
 """
@@ -106,12 +107,25 @@ def _copy(home: Path, shared: Path) -> None:
 
 
 def _prune(kept: Path) -> None:
-    """Keep the ``KEPT`` most recently used homes (those of pysparks since replaced go)."""
-    homes = sorted(
-        (p for p in kept.parent.iterdir() if p.is_dir() and p.suffix != ".partial"),
-        key=lambda p: p.stat().st_mtime,
-        reverse=True,
-    )
+    """Keep the ``KEPT`` most recently used homes (those of pysparks since replaced go), and
+    drop the partial copies of processes that died copying (killed: no ``finally`` ran)."""
+    homes = []
+    for path in kept.parent.iterdir():
+        if path.suffix != ".partial":
+            homes.append(path)
+        elif not _alive(int(path.stem.rsplit(".", 1)[-1])):
+            shutil.rmtree(path, ignore_errors=True)
+    homes.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     for old in homes[KEPT:]:
         if old != kept:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
